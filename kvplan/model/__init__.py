@@ -1,0 +1,1 @@
+"""What one token costs: resolve a model argument, read its config, and lay out its KV cache."""
