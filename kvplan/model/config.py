@@ -1,0 +1,356 @@
+"""Read a Hugging Face config.json (any family) into a ModelSpec: per-layer facts about the KV cache.
+
+Only data is read: no code from the config is ever imported or executed (no trust_remote_code).
+Families name the same fact differently; the alias tables below map every spelling we know of to
+one meaning, and per-family rules decide which layers keep per-token KV, a window of it, a latent
+(MLA) or a constant recurrent state (Mamba, gated DeltaNet).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvplan.errors import ConfigError
+from kvplan.model.dtypes import CONFIG_DTYPE_NAMES
+
+LAYERS_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
+HEADS_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
+CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+    "n_ctx",
+)
+# transformers' own class defaults, used when a config leaves the context out.
+DEFAULT_CONTEXT = {"RefinedWebModel": 2048, "RefinedWeb": 2048, "falcon": 2048, "gpt2": 1024}
+
+
+@dataclass(frozen=True, slots=True)
+class LayerSpec:
+    """What one layer keeps for a sequence (kind "none" keeps nothing). Head counts are totals."""
+
+    kind: str
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    v_head_dim: int = 0
+    latent_dim: int = 0
+    window: int | None = None
+    state_elems: int = 0
+    state_heads: int = 0  # heads the state splits into under tensor parallelism
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """The facts of a model that kvplan uses, read from its config."""
+
+    name: str
+    source: str
+    model_type: str
+    dtype: str
+    dtype_note: str
+    max_context: int
+    hidden_size: int
+    num_heads: int
+    vocab_size: int
+    tie_embeddings: bool
+    layers: tuple[LayerSpec, ...]
+    raw: dict[str, Any] = field(repr=False, compare=False, hash=False)
+
+
+class _Reader:
+    """Typed access to one config dict that names the file and field in every error."""
+
+    def __init__(self, raw: dict[str, Any], source: str, prefix: str = "") -> None:
+        self.raw, self.source, self.prefix = raw, source, prefix
+
+    def has(self, key: str) -> bool:
+        return self.raw.get(key) is not None
+
+    def _fail(self, key: str, expected: str) -> ConfigError:
+        return ConfigError(expected, file=self.source, field=self.prefix + key)
+
+    def int(self, *keys: str, default: int | None = None, positive: bool = True) -> int:
+        for key in keys:
+            value = self.raw.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise self._fail(key, f"expected an integer, got {value!r}")
+            if isinstance(value, float) and not value.is_integer():
+                raise self._fail(key, f"expected an integer, got {value!r}")
+            if positive and value <= 0:
+                raise self._fail(key, f"expected a positive integer, got {value!r}")
+            return int(value)
+        if default is not None:
+            return default
+        raise self._fail(keys[0], "missing; this field is needed to size the KV cache")
+
+    def opt_int(self, *keys: str) -> int | None:
+        if not any(self.has(k) for k in keys):
+            return None
+        return self.int(*keys)
+
+    def bool(self, key: str, default: bool = False) -> bool:
+        value = self.raw.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._fail(key, f"expected true or false, got {value!r}")
+        return value
+
+    def sub(self, key: str) -> "_Reader":
+        value = self.raw.get(key)
+        if not isinstance(value, dict):
+            raise self._fail(key, "expected an object")
+        return _Reader(value, self.source, f"{self.prefix}{key}.")
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """Parse a config.json file into a dict, with one-line errors."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise ConfigError("is a directory without a config.json", file=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc.__class__.__name__}", file=path) from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not valid JSON: {exc.msg}", file=path, line=exc.lineno) from None
+    if not isinstance(raw, dict):
+        raise ConfigError("expected a JSON object at the top level", file=path)
+    return raw
+
+
+def read_model(raw: dict[str, Any], name: str, source: str) -> ModelSpec:
+    """Turn a config dict into a ModelSpec; nested `text_config` (multimodal) is followed."""
+    top = _Reader(raw, source)
+    cfg = top.sub("text_config") if isinstance(raw.get("text_config"), dict) else top
+    model_type = str(cfg.raw.get("model_type") or raw.get("model_type") or "unknown")
+    dtype, note = _dtype(cfg, top)
+    num_layers = cfg.int(*LAYERS_KEYS)
+    hidden = cfg.int(*HIDDEN_KEYS)
+    heads = cfg.int(*HEADS_KEYS)
+    context = cfg.int(*CONTEXT_KEYS, default=DEFAULT_CONTEXT.get(model_type, 0))
+    if context == 0:
+        raise ConfigError(
+            "missing; expected the model's context length", file=source, field=CONTEXT_KEYS[0]
+        )
+    layers = _layers(cfg, model_type, num_layers, hidden, heads, context)
+    vocab = cfg.int("vocab_size", "padded_vocab_size")
+    tie = cfg.bool("tie_word_embeddings", default=_ties_by_default(model_type))
+    return ModelSpec(
+        name=name,
+        source=source,
+        model_type=model_type,
+        dtype=dtype,
+        dtype_note=note,
+        max_context=context,
+        hidden_size=hidden,
+        num_heads=heads,
+        vocab_size=vocab,
+        tie_embeddings=tie,
+        layers=tuple(layers),
+        raw=cfg.raw,
+    )
+
+
+def _ties_by_default(model_type: str) -> bool:
+    # transformers' PretrainedConfig defaults tie_word_embeddings to True; these families untie
+    # their own defaults in their config classes.
+    return model_type not in {"llama", "mistral", "mixtral", "qwen3_next", "deepseek_v3"}
+
+
+def _dtype(cfg: _Reader, top: _Reader) -> tuple[str, str]:
+    value = cfg.raw.get("torch_dtype") or cfg.raw.get("dtype")
+    value = value or top.raw.get("torch_dtype") or top.raw.get("dtype")
+    if value is None:
+        return "fp16", "no torch_dtype in config; fp16 assumed"
+    name = CONFIG_DTYPE_NAMES.get(str(value).removeprefix("torch."))
+    if name is None:
+        raise ConfigError(f"unknown dtype {value!r}", file=cfg.source, field="torch_dtype")
+    if name == "fp32":
+        return "fp16", "config is float32; served as fp16, as vLLM does"
+    return name, ""
+
+
+def _attention_config(cfg: _Reader) -> _Reader:
+    return cfg.sub("attn_config") if isinstance(cfg.raw.get("attn_config"), dict) else cfg
+
+
+def _num_kv_heads(cfg: _Reader, model_type: str, heads: int) -> int:
+    """KV heads: GQA counts under their many names, MQA flags, else MHA."""
+    if model_type == "mpt":
+        attn = _attention_config(cfg)
+        return attn.int("kv_n_heads", default=heads)
+    if model_type in ("RefinedWebModel", "RefinedWeb", "falcon"):
+        if cfg.bool("new_decoder_architecture"):
+            return cfg.int("num_kv_heads", "n_head_kv", "num_key_value_heads")
+        return 1 if cfg.bool("multi_query") else heads
+    if model_type == "gpt_bigcode":
+        return 1 if cfg.bool("multi_query", default=True) else heads
+    if model_type == "chatglm":
+        if cfg.bool("multi_query_attention"):
+            return cfg.int("multi_query_group_num")
+        return heads
+    if cfg.has("num_key_value_heads"):
+        return cfg.int("num_key_value_heads")
+    if cfg.has("num_kv_heads") or cfg.has("n_head_kv"):
+        return cfg.int("num_kv_heads", "n_head_kv")
+    if cfg.bool("multi_query"):
+        return 1
+    return heads
+
+
+def _head_dim(cfg: _Reader, hidden: int, heads: int) -> int:
+    explicit = cfg.opt_int("head_dim", "kv_channels", "attention_head_dim")
+    if explicit is not None:
+        return explicit
+    if hidden % heads:
+        raise ConfigError(
+            f"hidden size {hidden} is not divisible by {heads} heads; set head_dim",
+            file=cfg.source,
+            field="head_dim",
+        )
+    return hidden // heads
+
+
+def _layers(
+    cfg: _Reader, model_type: str, num_layers: int, hidden: int, heads: int, context: int
+) -> list[LayerSpec]:
+    if cfg.has("kv_lora_rank"):
+        return _mla_layers(cfg, num_layers)
+    kv_heads = _num_kv_heads(cfg, model_type, heads)
+    head_dim = _head_dim(cfg, hidden, heads)
+    full = LayerSpec("full", kv_heads, head_dim, head_dim)
+    if model_type == "nemotron-nas" or cfg.has("block_configs"):
+        return _block_config_layers(cfg, heads, head_dim, num_layers)
+    if cfg.has("hybrid_override_pattern"):
+        return _nemotron_h_layers(cfg, full, num_layers)
+    if cfg.has("attn_layer_period") or model_type == "jamba":
+        return _jamba_layers(cfg, full, hidden, num_layers)
+    types = _layer_types(cfg, model_type, num_layers)
+    windows = _windows(cfg, model_type, context)
+    layers = []
+    for i, kind in enumerate(types):
+        if kind == "full_attention":
+            layers.append(full)
+        elif kind in ("sliding_attention", "chunked_attention"):
+            window = windows.get(kind)
+            layers.append(full if window is None else LayerSpec("sliding", kv_heads, head_dim, head_dim, window=window))
+        elif kind == "linear_attention":
+            layers.append(_gated_deltanet_state(cfg))
+        else:
+            raise ConfigError(
+                f"unknown layer type {kind!r} at layer {i}", file=cfg.source, field="layer_types"
+            )
+    return layers
+
+
+def _layer_types(cfg: _Reader, model_type: str, num_layers: int) -> list[str]:
+    """The attention type of each layer, from layer_types or the family's pattern keys."""
+    explicit = cfg.raw.get("layer_types")
+    if explicit is not None:
+        if not isinstance(explicit, list) or len(explicit) != num_layers:
+            raise ConfigError(
+                f"expected a list of {num_layers} layer types", file=cfg.source, field="layer_types"
+            )
+        return [str(t) for t in explicit]
+    if cfg.has("full_attention_interval"):  # Qwen3-Next: every Nth layer is full attention
+        every = cfg.int("full_attention_interval")
+        return ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(num_layers)]
+    if cfg.has("sliding_window_pattern"):  # Gemma 3: every Nth layer is global
+        every = cfg.int("sliding_window_pattern")
+        return ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(num_layers)]
+    if model_type == "gemma2":  # Gemma 2 alternates, sliding first
+        return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
+    if cfg.has("attention_chunk_size"):  # Llama 4: RoPE layers attend within chunks
+        no_rope = cfg.raw.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(num_layers)]
+        return ["chunked_attention" if use_rope else "full_attention" for use_rope in no_rope]
+    if cfg.has("sliding_window") and cfg.bool("use_sliding_window", default=True):
+        first = cfg.int("max_window_layers", default=0, positive=False) if model_type.startswith("qwen") else 0
+        return ["full_attention" if i < first else "sliding_attention" for i in range(num_layers)]
+    return ["full_attention"] * num_layers
+
+
+def _windows(cfg: _Reader, model_type: str, context: int) -> dict[str, int | None]:
+    """Window per layer type; a window that is off or at least the context is no window."""
+    sliding = None
+    if cfg.has("sliding_window") and cfg.bool("use_sliding_window", default=True):
+        sliding = cfg.int("sliding_window")
+    chunk = cfg.opt_int("attention_chunk_size")
+    out: dict[str, int | None] = {}
+    for kind, window in (("sliding_attention", sliding), ("chunked_attention", chunk)):
+        out[kind] = window if window is not None and window < context else None
+    return out
+
+
+def _mla_layers(cfg: _Reader, num_layers: int) -> list[LayerSpec]:
+    latent = cfg.int("kv_lora_rank") + cfg.int("qk_rope_head_dim")
+    return [LayerSpec("mla", latent_dim=latent)] * num_layers
+
+
+def _block_config_layers(cfg: _Reader, heads: int, head_dim: int, num_layers: int) -> list[LayerSpec]:
+    """Nemotron-NAS (DeciLM): per-layer attention; no_op or linear-replaced layers keep nothing."""
+    blocks = cfg.raw.get("block_configs")
+    if not isinstance(blocks, list) or len(blocks) != num_layers:
+        raise ConfigError(f"expected a list of {num_layers} blocks", file=cfg.source, field="block_configs")
+    layers = []
+    for i, block in enumerate(blocks):
+        attn = block.get("attention") if isinstance(block, dict) else None
+        if not isinstance(attn, dict):
+            raise ConfigError("expected an attention object", file=cfg.source, field=f"block_configs[{i}].attention")
+        if attn.get("no_op") or attn.get("replace_with_linear"):
+            layers.append(LayerSpec("none"))
+            continue
+        group = _Reader(attn, cfg.source, f"block_configs[{i}].attention.").int("n_heads_in_group")
+        layers.append(LayerSpec("full", heads // group, head_dim, head_dim))
+    return layers
+
+
+def _nemotron_h_layers(cfg: _Reader, full: LayerSpec, num_layers: int) -> list[LayerSpec]:
+    """Nemotron-H: M = Mamba2, * = attention, - = MLP, E = MoE (no KV)."""
+    pattern = str(cfg.raw["hybrid_override_pattern"])
+    if len(pattern) != num_layers:
+        raise ConfigError(
+            f"expected {num_layers} characters, got {len(pattern)}", file=cfg.source, field="hybrid_override_pattern"
+        )
+    n_heads = cfg.int("mamba_num_heads")
+    d_head = cfg.int("mamba_head_dim")
+    d_state = cfg.int("ssm_state_size")
+    groups = cfg.int("n_groups", default=1)
+    kernel = cfg.int("conv_kernel", default=4)
+    d_inner = n_heads * d_head
+    conv = (kernel - 1) * (d_inner + 2 * groups * d_state)
+    mamba = LayerSpec("state", state_elems=conv + d_inner * d_state, state_heads=n_heads)
+    kinds = {"M": mamba, "*": full, "-": LayerSpec("none"), "E": LayerSpec("none")}
+    try:
+        return [kinds[ch] for ch in pattern]
+    except KeyError as exc:
+        raise ConfigError(f"unknown layer code {exc.args[0]!r}", file=cfg.source, field="hybrid_override_pattern") from None
+
+
+def _jamba_layers(cfg: _Reader, full: LayerSpec, hidden: int, num_layers: int) -> list[LayerSpec]:
+    """Jamba: attention every `attn_layer_period` layers at `attn_layer_offset`, Mamba1 elsewhere."""
+    period = cfg.int("attn_layer_period")
+    offset = cfg.int("attn_layer_offset", default=0, positive=False)
+    d_inner = cfg.int("mamba_expand", default=2) * hidden
+    conv = (cfg.int("mamba_d_conv", default=4) - 1) * d_inner
+    mamba = LayerSpec("state", state_elems=conv + d_inner * cfg.int("mamba_d_state", default=16), state_heads=d_inner)
+    return [full if i % period == offset else mamba for i in range(num_layers)]
+
+
+def _gated_deltanet_state(cfg: _Reader) -> LayerSpec:
+    """Qwen3-Next linear attention: a conv state plus one key x value matrix per value head."""
+    k_heads, v_heads = cfg.int("linear_num_key_heads"), cfg.int("linear_num_value_heads")
+    k_dim, v_dim = cfg.int("linear_key_head_dim"), cfg.int("linear_value_head_dim")
+    kernel = cfg.int("linear_conv_kernel_dim", default=4)
+    conv = (kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim)
+    return LayerSpec("state", state_elems=conv + v_heads * k_dim * v_dim, state_heads=v_heads)
+

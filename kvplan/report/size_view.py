@@ -1,0 +1,84 @@
+"""Human output of `kvplan size` and `kvplan models`."""
+
+from __future__ import annotations
+
+from kvplan.model.fit import SizeReport
+from kvplan.model.layout import KVLayout
+from kvplan.report.output import console
+from kvplan.units import format_bytes
+
+
+def _b(n: int | None) -> str:
+    return "-" if n is None else f"{n:,} B ({format_bytes(n)})" if n >= 1024 else f"{n:,} B"
+
+
+def render_size(report: SizeReport, layout: KVLayout, notes: list[str]) -> None:
+    from rich.table import Table
+
+    out = console()
+    table = Table(title=f"KV cache of {report.model}", show_header=False, title_justify="left")
+    table.add_column("quantity", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("KV dtype / TP", f"{report.kv_dtype} / tp={report.tp}")
+    for g in layout.groups:
+        table.add_row(f"  {g.kind} layers x{g.num_layers}", _group_text(g))
+    table.add_row("bytes per token (per GPU)", _b(report.bytes_per_token))
+    if report.state_bytes:
+        table.add_row("state per request", _b(report.state_bytes))
+    table.add_row(f"one request of {report.tokens:,} tokens", _b(report.kv_bytes))
+    if report.batch > 1:
+        table.add_row(f"batch of {report.batch} requests", _b(report.batch_kv_bytes))
+    table.add_row("weights (per GPU, estimated)", f"{_b(report.weight_bytes)}, {report.params / 1e9:.2f}B params")
+    if report.kv_pool_bytes is not None:
+        _add_fit_rows(table, report)
+    out.print(table)
+    if report.kv_pool_bytes is not None:
+        _print_fit_lines(out, report)
+    for note in notes:
+        out.print(f"[dim]note: {note}[/dim]")
+
+
+def _group_text(g) -> str:
+    if g.kind == "mla":
+        return f"latent {g.latent_dim}, {g.bytes_per_token_per_layer:,} B/token/layer"
+    if g.kind == "state":
+        return f"state {g.state_elems:,} elems/layer, {format_bytes(g.state_bytes)} per request"
+    window = f", window {g.window:,}" if g.window else ""
+    return f"{g.num_kv_heads} KV heads x {g.head_dim}{window}, {g.bytes_per_token_per_layer:,} B/token/layer"
+
+
+def _add_fit_rows(table, r: SizeReport) -> None:
+    if r.gpu:
+        util = f" x {r.gpu_memory_utilization}" if r.gpu_memory_utilization else ""
+        table.add_row("GPU", f"{r.gpu}, {_b(r.gpu_memory_bytes)}{util}")
+    table.add_row("KV pool", _b(r.kv_pool_bytes))
+    table.add_row(f"blocks of {r.block_size} (1 kept as null block)", f"{r.num_blocks:,}")
+    table.add_row("tokens that fit", f"{r.max_tokens:,}")
+    table.add_row(f"requests of {r.tokens:,} tokens at once", f"{r.max_concurrency:,}")
+
+
+def _print_fit_lines(out, r: SizeReport) -> None:
+    if r.kv_pool_bytes <= 0:
+        out.print(f"[bold red]Nothing fits:[/] the weights need {_b(r.weight_bytes)}, more than the GPU gives.")
+        return
+    out.print(f"vLLM would log: GPU KV cache size: {r.vllm_kv_cache_tokens:,} tokens")
+    out.print(f"vLLM would log: Maximum concurrency for {r.tokens:,} tokens per request: {r.vllm_concurrency:.2f}x")
+    out.print("[dim](vLLM's formula: num_blocks / ceil(tokens / block_size), tokens = int(concurrency x tokens))[/dim]")
+    if not r.fits:
+        out.print(
+            f"[bold red]Does not fit:[/] {r.batch} request(s) of {r.tokens:,} tokens need more than the pool; "
+            f"the longest single request that fits is {r.longest_context:,} tokens."
+        )
+
+
+def render_models(rows: list[dict]) -> None:
+    from rich.table import Table
+
+    table = Table(title="Bundled model catalog", title_justify="left")
+    for col, justify in (("model", "left"), ("type", "left"), ("layers", "right"), ("KV/token", "right"),
+                         ("context", "right"), ("dtype", "left")):
+        table.add_column(col, justify=justify)
+    for row in rows:
+        table.add_row(row["model"], row["model_type"], str(row["num_layers"]),
+                      format_bytes(row["bytes_per_token"]), f"{row['max_context']:,}", row["dtype"])
+    console().print(table)

@@ -1,0 +1,40 @@
+"""Shared fixtures: where ../shared lives, and a helper to run the CLI in-process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_dir() -> Path:
+    """../shared beside the checkout (or $KVPLAN_SHARED)."""
+    return Path(os.environ.get("KVPLAN_SHARED") or ROOT.parent / "shared")
+
+
+def hf_config(name: str) -> Path:
+    """Path of a real config in ../shared/hf-configs; skips the test when the corpus is absent."""
+    path = shared_dir() / "hf-configs" / name / "config.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    return path
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Run `kvplan ARGS` in-process; returns (exit code, stdout, stderr)."""
+    from kvplan.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run

@@ -1,0 +1,197 @@
+"""The GPU catalog: lookup by name and alias, error messages, and plausible values."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from kvplan.errors import KvplanError, UsageError
+from kvplan.model import gpus
+from kvplan.model.gpus import ALIASES, GPU, GPUS, get_gpu, gpu_names
+
+GiB = 1024**3
+MiB = 1024**2
+REPO = Path(__file__).resolve().parents[1]
+
+REQUIRED = [
+    "A10G", "L4", "L40S", "A100-40GB", "A100-80GB", "H100-80GB", "H100-PCIe",
+    "H200", "B200", "MI300X", "V100-32GB", "RTX-4090",
+]
+
+
+def test_required_gpus_present():
+    names = gpu_names()
+    for name in REQUIRED:
+        assert name in names
+    assert names == list(GPUS)
+    assert len(set(names)) == len(names)
+
+
+def test_lookup_by_canonical_name_returns_catalog_entry():
+    for name in gpu_names():
+        gpu = get_gpu(name)
+        assert isinstance(gpu, GPU)
+        assert gpu is GPUS[name]
+        assert gpu.name == name
+
+
+@pytest.mark.parametrize(
+    "spelling, expected",
+    [
+        ("h100", "H100-80GB"),
+        ("H100 SXM", "H100-80GB"),
+        ("h100_80gb", "H100-80GB"),
+        ("NVIDIA H100 80GB HBM3", "H100-80GB"),
+        ("H100 PCIe", "H100-PCIe"),
+        ("a100-40gb", "A100-40GB"),
+        ("A100 40GB", "A100-40GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("A100-SXM4-80GB", "A100-80GB"),
+        ("nvidia h200", "H200"),
+        ("HGX B200", "B200"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("mi300x", "MI300X"),
+        ("Tesla V100-SXM2-32GB", "V100-32GB"),
+        ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("rtx4090", "RTX-4090"),
+        ("  L40S  ", "L40S"),
+        ("nvidia a10g", "A10G"),
+        ("NVIDIA L4", "L4"),
+    ],
+)
+def test_aliases_and_case_insensitivity(spelling, expected):
+    assert get_gpu(spelling).name == expected
+
+
+def test_every_alias_resolves_to_its_target():
+    for alias, canonical in ALIASES.items():
+        assert canonical in GPUS
+        assert get_gpu(alias) is GPUS[canonical]
+        assert get_gpu(alias.upper()) is GPUS[canonical]
+        assert get_gpu(alias.lower()) is GPUS[canonical]
+
+
+def test_lookup_keys_do_not_collide():
+    # _build_index raises on a collision; rebuilding must give one key per spelling.
+    index = gpus._build_index()
+    assert set(index.values()) == set(GPUS)
+
+
+def test_unknown_name_raises_usage_error_with_suggestions():
+    with pytest.raises(UsageError) as info:
+        get_gpu("A100")  # ambiguous on purpose: 40GB or 80GB
+    err = info.value
+    assert isinstance(err, KvplanError)
+    assert err.field == "gpu"
+    text = str(err)
+    assert text.startswith("gpu: ")
+    assert "'A100'" in text
+    assert "Did you mean A100-40GB or A100-80GB" in text
+    assert "Known GPUs:" in text
+
+
+@pytest.mark.parametrize("typo, suggested", [("H1000", "H100-80GB"), ("B2000", "B200"), ("mi300", "MI300X"),
+                                             ("L40", "L40S"), ("V100", "V100-32GB")])
+def test_typos_get_close_matches(typo, suggested):
+    with pytest.raises(UsageError) as info:
+        get_gpu(typo)
+    message = info.value.message
+    did_you_mean = message.split("Did you mean", 1)[1].split("?", 1)[0]
+    assert suggested in did_you_mean
+
+
+@pytest.mark.parametrize("nonsense", ["", "   ", "tpu-v5e", "zzzz"])
+def test_names_without_close_match_list_the_catalog(nonsense):
+    with pytest.raises(UsageError) as info:
+        get_gpu(nonsense)
+    message = info.value.message
+    assert "Known GPUs:" in message
+    for name in REQUIRED:
+        assert name in message
+
+
+def test_gpu_is_frozen():
+    gpu = get_gpu("H100")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        gpu.memory_bytes = 1  # type: ignore[misc]
+    assert [f.name for f in dataclasses.fields(GPU)] == [
+        "name", "memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "vendor", "source",
+    ]
+
+
+def test_values_positive_and_plausible():
+    for gpu in GPUS.values():
+        assert isinstance(gpu.memory_bytes, int)
+        assert 16 * GiB <= gpu.memory_bytes <= 256 * GiB, gpu.name
+        assert 200e9 <= gpu.hbm_bytes_per_s <= 10e12, gpu.name
+        assert 50e12 <= gpu.peak_bf16_flops <= 3e15, gpu.name
+        assert gpu.vendor in {"NVIDIA", "AMD"}
+        assert isinstance(gpu.source, str) and len(gpu.source) > 30
+        assert "data sheet" in gpu.source or "specifications" in gpu.source or "whitepaper" in gpu.source
+        # Flops per byte of bandwidth: every serving GPU sits between ~100 and ~700.
+        assert 100 <= gpu.peak_bf16_flops / gpu.hbm_bytes_per_s <= 700, gpu.name
+
+
+def test_reported_memory_never_exceeds_the_binary_capacity():
+    # "80 GB" of HBM is 80 GiB of DRAM; what the device reports is that or a little less.
+    nominal_gib = {
+        "A10G": 24, "L4": 24, "L40S": 48, "A100-40GB": 40, "A100-80GB": 80, "H100-80GB": 80,
+        "H100-PCIe": 80, "H200": 141, "B200": 192, "MI300X": 192, "V100-32GB": 32, "RTX-4090": 24,
+    }
+    assert set(nominal_gib) == set(GPUS)
+    for name, gib in nominal_gib.items():
+        reported = GPUS[name].memory_bytes
+        assert reported <= gib * GiB, name
+        assert reported >= 0.92 * gib * GiB, name
+
+
+def test_memory_figures_from_the_issue():
+    assert get_gpu("A100-40GB").memory_bytes == 40_960 * MiB == 40 * GiB
+    assert get_gpu("H100-80GB").memory_bytes == 81_559 * MiB
+    assert get_gpu("H100-80GB").memory_gib == pytest.approx(79.65, abs=0.01)
+
+
+def test_data_sheet_speeds():
+    assert get_gpu("A100-40GB").hbm_bytes_per_s == 1_555e9
+    assert get_gpu("A100-80GB").hbm_bytes_per_s == 2_039e9
+    assert get_gpu("A100-40GB").peak_bf16_flops == 312e12
+    assert get_gpu("H100-80GB").hbm_bytes_per_s == 3.35e12
+    assert get_gpu("H100-80GB").peak_bf16_flops == 989e12
+    assert get_gpu("H200").hbm_bytes_per_s == 4.8e12
+    assert get_gpu("H200").peak_bf16_flops == get_gpu("H100-80GB").peak_bf16_flops
+    assert get_gpu("B200").peak_bf16_flops == 2.25e15
+    assert get_gpu("MI300X").hbm_bytes_per_s == 5.3e12
+    assert get_gpu("MI300X").peak_bf16_flops == pytest.approx(1307.4e12)
+
+
+def _opt13b_weight_bytes() -> int:
+    """fp16 weight bytes of OPT-13B from the bundled catalog config (learned positions carry 2 extra rows)."""
+    cfg = json.loads((REPO / "models" / "facebook" / "opt-13b" / "config.json").read_text())
+    h, ffn, layers = cfg["hidden_size"], cfg["ffn_dim"], cfg["num_hidden_layers"]
+    per_layer = 4 * h * h + 4 * h + 2 * h * ffn + ffn + h + 2 * 2 * h
+    params = cfg["vocab_size"] * h + (cfg["max_position_embeddings"] + 2) * h + layers * per_layer + 2 * h
+    assert 12.8e9 < params < 12.9e9
+    return 2 * params
+
+
+def test_kwon_et_al_opt13b_on_a100_40gb_leaves_about_12_gib_for_kv():
+    # vLLM paper, Figure 1: OPT-13B on one A100-40GB, about 12 GiB of KV cache at 90% memory use.
+    kv = 0.9 * get_gpu("A100-40GB").memory_bytes - _opt13b_weight_bytes()
+    assert kv / GiB == pytest.approx(12.0, abs=0.25)
+
+
+def test_model_package_imports_nothing_of_ours_but_errors():
+    tree = ast.parse(Path(gpus.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+    ours = {name for name in imported if name.split(".")[0] == "kvplan"}
+    assert ours == {"kvplan.errors"}
+    assert "numpy" not in imported
