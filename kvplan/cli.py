@@ -46,48 +46,94 @@ def size(
 
     Example: kvplan size meta-llama/Meta-Llama-3-8B --gpu H100-80GB --tokens 8192
     """
-    from kvplan.model.build import build_layout
-    from kvplan.model.dtypes import KV_DTYPE_CHOICES
-    from kvplan.model.fit import size_model
-    from kvplan.model.resolve import load_spec
-    from kvplan.model.weights import estimate_weights
-    from kvplan.units import parse_size
+    from kvplan.model.size import size as size_of
 
-    if kv_dtype not in KV_DTYPE_CHOICES:
-        raise UsageError(f"expected one of {', '.join(KV_DTYPE_CHOICES)}, got {kv_dtype!r}", field="--kv-dtype")
-    gpu_spec = _gpu(gpu)
-    kv_bytes = parse_size(kv_memory, field="--kv-memory") if kv_memory is not None else None
-    spec = load_spec(model)
-    layout = build_layout(spec, kv_dtype, tp)
-    weights = estimate_weights(spec)
-    report = size_model(
-        layout,
-        tokens=tokens if tokens is not None else spec.max_context,
-        batch=batch,
-        block_size=block_size,
-        weight_bytes=weights.bytes,
-        params=weights.params,
-        gpu=gpu_spec,
-        gpu_memory_utilization=gpu_memory_utilization,
-        kv_memory=kv_bytes,
-    )
-    notes = [spec.dtype_note] if spec.dtype_note else []
+    run = size_of(model, tokens=tokens, kv_dtype=kv_dtype, tp=tp, batch=batch, gpu=gpu,
+                  gpu_memory_utilization=gpu_memory_utilization, kv_memory=kv_memory, block_size=block_size)
     if json:
         from kvplan.report.output import emit_json
 
-        emit_json({**report.to_dict(), "notes": notes})
+        emit_json(run.to_dict())
     else:
         from kvplan.report.size_view import render_size
 
-        render_size(report, layout, notes)
+        render_size(run.report, run.layout, list(run.notes))
 
 
-def _gpu(name: Optional[str]):
-    if name is None:
+@app.command()
+def simulate(
+    workload: Annotated[Path, typer.Argument(help="Workload YAML file (see workloads/SCHEMA.md).")],
+    json: JsonOpt = False,
+    block_sizes: Annotated[Optional[str], typer.Option(help="Paged block-size sweep: a list (1,2,4,16) or a range of powers of two (1-64).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Write a chart (.png or .svg; needs matplotlib).")] = None,
+    csv: Annotated[Optional[Path], typer.Option(help="Write one row per request (serve experiments).")] = None,
+    rates: Annotated[Optional[str], typer.Option(help="Request-rate sweep, requests/s (serve experiments): 0.5,1,2,4.")] = None,
+    latency_bound: Annotated[float, typer.Option(help="Normalized-latency bound (s/token) for the rate sweep.")] = 0.2,
+) -> None:
+    """Replay a workload through contiguous and paged allocators and compare them.
+
+    Example: kvplan simulate workloads/lesson.yaml --block-sizes 1-64 --plot sweep.png
+    """
+    from kvplan.report.files import atomic_write, check_writable
+    from kvplan.report.output import emit_json
+    from kvplan.sim.load import load
+
+    sizes = _block_sizes(block_sizes)
+    if plot is not None:
+        check_writable(plot, "--plot")
+        if plot.suffix.lower() not in (".png", ".svg"):
+            raise UsageError(f"expected a .png or .svg file name, got {plot.name!r}", field="--plot")
+    if csv is not None:
+        check_writable(csv, "--csv")
+    wl = load(workload)
+    if wl.experiment != "capacity":
+        from kvplan.cli_serve import simulate_serve
+
+        simulate_serve(wl, json=json, plot=plot, csv=csv, rates=_numbers(rates, "--rates"),
+                       latency_bound=latency_bound, block_sizes=sizes)
+        return
+    from kvplan.report.capacity_view import plot_capacity, render_capacity
+    from kvplan.sim.static import capacity_document
+
+    doc = capacity_document(wl, sizes)
+    if plot is not None:
+        atomic_write(plot, lambda tmp: plot_capacity(doc, tmp))
+    if json:
+        emit_json(doc)
+    else:
+        render_capacity(doc)
+
+
+def _numbers(text: Optional[str], field: str) -> list[float] | None:
+    if text is None:
         return None
-    from kvplan.model.gpus import get_gpu
+    import math
 
-    return get_gpu(name)
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"expected numbers separated by commas, got {text!r}", field=field) from None
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise UsageError(f"expected positive numbers, got {text!r}", field=field)
+    return values
+
+
+def _block_sizes(text: Optional[str]) -> list[int] | None:
+    """'1,2,4,16' or a range of powers of two '1-64'."""
+    if text is None:
+        return None
+    bad = UsageError(f"expected block sizes like 1,2,4,16 or a range 1-64, got {text!r}", field="--block-sizes")
+    try:
+        if "-" in text:
+            lo, hi = (int(v) for v in text.split("-", 1))
+            sizes = [1 << k for k in range(0, 31) if lo <= (1 << k) <= hi]
+        else:
+            sizes = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise bad from None
+    if not sizes or any(s < 1 or s > 1 << 20 for s in sizes):
+        raise bad
+    return sorted(set(sizes))
 
 
 @app.command()

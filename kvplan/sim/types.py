@@ -43,6 +43,7 @@ class AllocatorSpec:
     kind: str  # "contiguous" | "paged"
     policy: str | None = None  # contiguous: "max" | "pow2" | "oracle"
     block_size: int | None = None  # paged
+    max_len: int | None = None  # contiguous "max"/"pow2": the per-request limit reserved up to
 
     @property
     def label(self) -> str:

@@ -1,0 +1,62 @@
+"""`kvplan size` as one library call: resolve, read, lay out, weigh and fit a model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.errors import UsageError
+from kvplan.model.build import build_layout
+from kvplan.model.dtypes import KV_DTYPE_CHOICES
+from kvplan.model.fit import SizeReport, size_model
+from kvplan.model.layout import KVLayout
+from kvplan.model.resolve import load_spec
+from kvplan.model.weights import estimate_weights
+from kvplan.units import parse_size
+
+
+@dataclass(frozen=True, slots=True)
+class SizeRun:
+    report: SizeReport
+    layout: KVLayout
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {**self.report.to_dict(), "notes": list(self.notes)}
+
+
+def size(
+    model: str,
+    *,
+    tokens: int | None = None,
+    kv_dtype: str = "auto",
+    tp: int = 1,
+    batch: int = 1,
+    gpu: str | None = None,
+    gpu_memory_utilization: float = 0.92,
+    kv_memory: str | int | None = None,
+    block_size: int = 16,
+) -> SizeRun:
+    """Everything `kvplan size` prints, as data; bad options raise KvplanError naming the option."""
+    if kv_dtype not in KV_DTYPE_CHOICES:
+        raise UsageError(f"expected one of {', '.join(KV_DTYPE_CHOICES)}, got {kv_dtype!r}", field="--kv-dtype")
+    gpu_spec = None
+    if gpu is not None:
+        from kvplan.model.gpus import get_gpu
+
+        gpu_spec = get_gpu(gpu)
+    kv_bytes = parse_size(kv_memory, field="--kv-memory") if kv_memory is not None else None
+    spec = load_spec(model)
+    layout = build_layout(spec, kv_dtype, tp)
+    weights = estimate_weights(spec)
+    report = size_model(
+        layout,
+        tokens=tokens if tokens is not None else spec.max_context,
+        batch=batch,
+        block_size=block_size,
+        weight_bytes=weights.bytes,
+        params=weights.params,
+        gpu=gpu_spec,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_memory=kv_bytes,
+    )
+    return SizeRun(report, layout, (spec.dtype_note,) if spec.dtype_note else ())
