@@ -257,3 +257,16 @@ def test_bad_json_entries(tmp_path, fmt, doc, field, message):
     with pytest.raises(TraceError) as err:
         list(read_trace(fmt, path))
     assert err.value.field == field and message in err.value.message, str(err.value)
+
+
+def test_sharegpt_jsonl_bad_line_and_zero_prompt(tmp_path):
+    """A JSONL conversation is located by its line; a human turn of 0 tokens is refused."""
+    f = tmp_path / "s.jsonl"
+    f.write_text('{"conversations": [{"from": "human", "tokens": 1}, {"from": "gpt", "tokens": 1}]}\n'
+                 "\n{broken\n")  # fmt: skip
+    with pytest.raises(TraceError) as err:
+        list(read_trace("sharegpt", f))
+    assert err.value.line == 3 and "invalid JSON" in err.value.message
+    f.write_text('{"conversations": [{"from": "human", "tokens": 0}, {"from": "gpt", "tokens": 1}]}\n')
+    with pytest.raises(TraceError, match="no human turn"):
+        list(read_trace("sharegpt", f))

@@ -33,7 +33,9 @@ from kvplan.errors import TraceError
 from kvplan.sim.types import CHUNK_SIZE, RequestChunk
 from kvplan.sim.yamlio import YamlMap, as_float, as_int
 
-LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal", "exponential", "zipf", "histogram", "csv")
+LENGTH_DISTS = (
+    "fixed", "uniform", "normal", "lognormal", "exponential", "zipf", "histogram", "csv",
+)  # fmt: skip
 ARRIVAL_PROCESSES = ("all_at_once", "poisson", "gamma")
 _ZIPF_TABLE_MAX = 1 << 20  # truncated zipf by inverse CDF up to this many values, else rejection
 
@@ -348,14 +350,18 @@ def parse_lengths(node: YamlMap, base_dir: Path, *, default_min: int) -> Lengths
     hi = node.get_int("max", None, ge=lo)
     dist = _parse_dist(node, kind, base_dir)
     if isinstance(dist, Fixed) and (dist.value < lo or (hi is not None and dist.value > hi)):
-        raise node.node("value").error(f"{dist.value} lies outside the bounds [{lo}, {hi if hi is not None else 'no limit'}]")
+        top = "no limit" if hi is None else hi
+        raise node.node("value").error(f"{dist.value} lies outside the bounds [{lo}, {top}]")
     return Lengths(dist, lo, hi)
+
+
+_ARRIVAL_KEYS = {"all_at_once": (), "poisson": ("rate",), "gamma": ("rate", "cv")}
 
 
 def parse_arrival(node: YamlMap) -> ArrivalProcess:
     """A `{process: all_at_once | poisson {rate} | gamma {rate, cv}}` mapping."""
     kind = node.get_choice("process", ARRIVAL_PROCESSES)
-    node.expect_keys("process", *{"all_at_once": (), "poisson": ("rate",), "gamma": ("rate", "cv")}[kind])
+    node.expect_keys("process", *_ARRIVAL_KEYS[kind])
     if kind == "all_at_once":
         return AllAtOnce()
     rate = node.get_float("rate", gt=0)

@@ -1,4 +1,8 @@
-"""Request trace readers: each yields RequestChunks lazily, never one Python object per request.
+"""Request trace readers: each yields RequestChunks lazily.
+
+The CSV formats are parsed once into numpy arrays and tiled chunk by chunk (a million tiled
+requests never exist as a million Python objects); Mooncake JSONL is streamed line by line; the
+JSON formats (sharegpt, agentic: token counts only, small) are parsed whole, then tiled the same way.
 
 Formats (`open_trace(format, path)`):
 - azure: CSV `TIMESTAMP,ContextTokens,GeneratedTokens` (Azure LLM inference 2023); TIMESTAMP is a
@@ -7,7 +11,6 @@ Formats (`open_trace(format, path)`):
   columns are ignored).
 - mooncake: JSONL, one `{"timestamp": ms, "input_length", "output_length", "hash_ids"}` per
   line, one hash id per 512-token prompt block (ceil(input_length / 512) of them, checked).
-  Streamed line by line; the only format not held in memory as arrays.
 - sharegpt: a JSON list (or JSONL, one per line) of conversations with token counts, no text:
   `{"id": any, "conversations": [{"from": "human", "tokens": 12}, {"from": "gpt", "tokens": 80}]}`.
   One request per human turn followed by a reply: prompt = the human turn(s) since the last reply
@@ -149,7 +152,7 @@ def _int_column(values: list[str], lines, path, name, lo: int) -> np.ndarray:
 def _check_sorted(t: np.ndarray, where, name: str) -> None:
     bad = np.flatnonzero(np.diff(t) < 0)
     if bad.size:
-        raise TraceError(f"timestamps go backwards (rows must be in arrival order)",
+        raise TraceError("timestamps go backwards (rows must be in arrival order)",
                          field=name, **where(int(bad[0]) + 1))  # fmt: skip
 
 
@@ -169,7 +172,8 @@ def _read_azure(path: Path) -> _Rows:
                                      field="TIMESTAMP", **where(i)) from None  # fmt: skip
             raise
     if np.isnat(stamps).any():
-        raise TraceError("empty timestamp", field="TIMESTAMP", **where(int(np.isnat(stamps).argmax())))
+        first = int(np.isnat(stamps).argmax())
+        raise TraceError("empty timestamp", field="TIMESTAMP", **where(first))
     arrival = (stamps - stamps[0]).astype(np.int64) / 1e9
     _check_sorted(arrival, where, "TIMESTAMP")
     return _Rows(arrival, _int_column(ctx, lines, path, "ContextTokens", 1),
@@ -233,40 +237,41 @@ def _conversation_pairs(conv, history: bool, fail) -> Iterator[tuple[int, int]]:
             raise fail(f"conversations[{j}].from", f"unknown role {json.dumps(role)}")
 
 
-def _read_sharegpt(path: Path, history: bool) -> _Rows:
-    prompt, output, where_list = [], [], []
+def _sharegpt_conversations(path: Path) -> Iterator[tuple[dict, str, object]]:
+    """(location, field prefix, conversation) from a JSON list or, streamed, a JSONL file."""
     if path.suffix == ".jsonl":
-        f = open(path, encoding="utf-8")
-        convs = ((i + 1, None, json.loads(s)) for i, s in enumerate(f) if s.strip())
-    else:
-        f, data = None, _load_json(path)
-        if not isinstance(data, list):
-            raise TraceError("expected a JSON list of conversations", file=path)
-        convs = ((None, i, c) for i, c in enumerate(data))
-    try:
-        for line, index, conv in convs:
-            base = "" if index is None else f"[{index}]."
-            loc = {"file": path, "line": line}
+        with open(path, encoding="utf-8") as f:
+            for line, text in enumerate(f, 1):
+                if text.strip():
+                    try:
+                        conv = json.loads(text)
+                    except ValueError as e:
+                        raise TraceError(f"invalid JSON: {e}", file=path, line=line) from None
+                    yield {"file": path, "line": line}, "", conv
+        return
+    data = _load_json(path)
+    if not isinstance(data, list):
+        raise TraceError("expected a JSON list of conversations", file=path)
+    for i, conv in enumerate(data):
+        yield {"file": path, "field": f"[{i}]"}, f"[{i}].", conv
 
-            def fail(field, message, base=base, loc=loc):
-                return TraceError(message, field=base + field, **loc)
 
-            for p, o in _conversation_pairs(conv, history, fail):
-                prompt.append(p)
-                output.append(o)
-                where_list.append(loc if line else {"file": path, "field": f"[{index}]"})
-    except ValueError as e:  # a bad JSONL line
-        raise TraceError(f"invalid JSON: {e}", file=path) from None
-    finally:
-        if f is not None:
-            f.close()
+def _read_sharegpt(path: Path, history: bool) -> _Rows:
+    prompt, output, places = [], [], []
+    for loc, prefix, conv in _sharegpt_conversations(path):
+        line = loc.get("line")
+
+        def fail(field, message, prefix=prefix, line=line):
+            return TraceError(message, file=path, line=line, field=prefix + field)
+
+        for p, o in _conversation_pairs(conv, history, fail):
+            prompt.append(p)
+            output.append(o)
+            places.append(loc)
     if not prompt:
         raise TraceError("no human turn followed by a reply", file=path)
-    p = np.asarray(prompt, dtype=np.int64)
-    if (p < 1).any():
-        i = int(np.argmax(p < 1))
-        raise TraceError("a prompt with 0 tokens", field="tokens", **where_list[i])
-    return _Rows(np.zeros(len(p)), p, np.asarray(output, dtype=np.int64), where_list.__getitem__)
+    p = np.asarray(prompt, dtype=np.int64)  # >= 1: turns of 0 tokens make no request
+    return _Rows(np.zeros(len(p)), p, np.asarray(output, dtype=np.int64), places.__getitem__)
 
 
 def _agentic_requests(entries, base_t: float, field: str, block: int, fail, out, depth=0):
@@ -335,7 +340,7 @@ def _mooncake_records(path: Path) -> Iterator[tuple[int, float, int, int, list]]
         for line, text in enumerate(f, 1):
             if not text.strip():
                 continue
-            fail = lambda k, m, line=line: TraceError(m, file=path, line=line, field=k)  # noqa: E731
+            fail = lambda k, m, n=line: TraceError(m, file=path, line=n, field=k)  # noqa: E731
             try:
                 d = json.loads(text)
             except ValueError as e:
@@ -348,7 +353,8 @@ def _mooncake_records(path: Path) -> Iterator[tuple[int, float, int, int, list]]
             if ts < prev:
                 raise fail("timestamp", f"goes backwards ({ts} after {prev})")
             prev = ts
-            n_in, n_out = _field_int(d, "input_length", 1, fail), _field_int(d, "output_length", 0, fail)
+            n_in = _field_int(d, "input_length", 1, fail)
+            n_out = _field_int(d, "output_length", 0, fail)
             ids = d.get("hash_ids")
             want = -(-n_in // MOONCAKE_BLOCK)
             if not isinstance(ids, list) or len(ids) != want:
@@ -386,6 +392,9 @@ def _stamp(text: bytes) -> float | None:
     return t if isinstance(t, (int, float)) and not isinstance(t, bool) else None
 
 
+_DTYPES = (np.float64, np.int64, np.int64)
+
+
 def _mooncake_chunks(path, t0, total, scale, shift, mml, too_long, chunk_size):
     emitted, copy, span = 0, 0, 0
     buf: tuple[list, list, list, list] = ([], [], [], [])
@@ -406,8 +415,8 @@ def _mooncake_chunks(path, t0, total, scale, shift, mml, too_long, chunk_size):
                 col.append(v)
             emitted += 1
             if len(buf[0]) == chunk_size or emitted == total:
-                yield RequestChunk(np.asarray(buf[0], dtype=np.float64), np.asarray(buf[1], np.int64),
-                                   np.asarray(buf[2], np.int64), buf[3], MOONCAKE_BLOCK)  # fmt: skip
+                t, p, o = (np.asarray(col, dtype) for col, dtype in zip(buf, _DTYPES))
+                yield RequestChunk(t, p, o, buf[3], MOONCAKE_BLOCK)
                 buf = ([], [], [], [])
                 if emitted == total:
                     return
@@ -453,7 +462,8 @@ def _tile_chunks(rows: _Rows, total: int, shift: float, chunk_size: int) -> Iter
 
 def _check_options(fmt, limit, time_scale, repeat, too_long) -> None:
     if fmt not in TRACE_FORMATS:
-        raise UsageError(f"unknown trace format {fmt!r}; expected one of {', '.join(TRACE_FORMATS)}")
+        names = ", ".join(TRACE_FORMATS)
+        raise UsageError(f"unknown trace format {fmt!r}; expected one of {names}")
     if limit is not None and (isinstance(limit, bool) or limit < 1):
         raise UsageError(f"limit must be an integer >= 1, got {limit!r}")
     if not (0 < time_scale < np.inf):
@@ -491,7 +501,8 @@ def open_trace(
             rows = reader(path) if reader else _read_sharegpt(path, history)
             rows = replace(rows, arrival=rows.arrival * time_scale)
     except OSError as e:
-        raise TraceError(f"cannot read: {e.strerror or e}", file=getattr(e, "filename", path)) from None
+        where = getattr(e, "filename", None) or path
+        raise TraceError(f"cannot read: {e.strerror or e}", file=where) from None
     rows = _fit(rows, max_model_len, too_long)
     n = len(rows.prompt)
     total = min(limit or n * repeat, n * repeat)

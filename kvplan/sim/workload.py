@@ -10,17 +10,24 @@ tp: 1
 gpu: H100-80GB                # optional, needs model; enables the roofline time model
 pool:                         # exactly one of slots | kv_memory | gpu_memory_utilization
   slots: 131072
-requests:                     # synthetic: count, prompt, output, arrival; or a trace
+  # kv_memory: 16GiB          #   needs model: slots = kv_memory // layout.bytes_per_token
+  # gpu_memory_utilization: 0.92  # needs model+gpu: KV = util x GPU memory - weights
+requests:                     # synthetic: count (<= 50M), prompt, output, arrival; or a trace
   count: 500
-  prompt: {dist: uniform, low: 100, high: 2000}
-  output: {dist: fixed, value: 0}
-  arrival: {process: all_at_once}
-  # trace: {format: azure, path: ../traces/x.csv, limit: 1000, time_scale: 1.0, repeat: 1}
+  prompt: {dist: uniform, low: 100, high: 2000}   # + optional min (>= 1) / max
+  output: {dist: fixed, value: 0}                 # + optional min (>= 0) / max
+  # dists: fixed {value} | uniform {low, high} inclusive | normal {mean, std}
+  #   | lognormal {sigma, mean | median} | exponential {mean} | zipf {a > 1, scale, max}
+  #   | histogram {edges, weights} | csv {path, column}
+  arrival: {process: all_at_once}  # | poisson {rate} | gamma {rate, cv}
+  # trace: {format: azure|mooncake|vidur|sharegpt|agentic, path: ../traces/x.csv,
+  #         limit: 1000, time_scale: 1.0, repeat: 1, too_long: error|clip, history: false}
+  #   (arrival with a trace: sharegpt request arrivals, agentic conversation starts)
 allocators:                   # default: [{kind: paged, block_size: 16}]
-  - {kind: contiguous, policy: max, max_len: 8192}
-  - {kind: paged, block_size: [16, 32]}
+  - {kind: contiguous, policy: max, max_len: 8192}   # max|pow2|oracle; max_len: max_model_len
+  - {kind: paged, block_size: [16, 32]}              # a list gives one allocator each
 scheduler: {max_num_seqs: 256, max_num_batched_tokens: 8192, max_model_len: 8192,
-            chunked_prefill: false, preemption: recompute, swap_space: 4GiB}
+            chunked_prefill: false, preemption: recompute, swap_space: 4GiB}  # or swap_slots
 timing: {bandwidth_efficiency: 0.8, flops_efficiency: 0.5, step_overhead_ms: 0.0}
 prefix: {...}                 # reserved: stored raw in Workload.extras["prefix"]
 sampling: {...}               # reserved: stored raw in Workload.extras["sampling"]
@@ -143,7 +150,8 @@ def _pool(node: YamlMap, model: dict, bytes_per_slot: int | None) -> PoolSpec:
 
 
 def _scheduler(node: YamlMap | None, doc: YamlMap, layout, bytes_per_slot) -> SchedulerConfig:
-    node = node if node is not None else YamlMap({}, {}, "scheduler", doc.line, doc.file, doc.error_cls)
+    if node is None:
+        node = YamlMap({}, {}, "scheduler", doc.line, doc.file, doc.error_cls)
     node.expect_keys("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill",
                      "preemption", "swap_space", "swap_slots")  # fmt: skip
     limit = layout.max_context if layout is not None else None
@@ -199,7 +207,11 @@ def _requests(node: YamlMap, path: Path, seed: int, mml: int):
     _check_fits(node.node("prompt"), prompt, mml - output.min, "max_model_len - output min")
     _check_fits(node.node("output"), output, mml - prompt.min, "max_model_len - prompt min")
     arrival = parse_arrival(node.get_map("arrival")) if "arrival" in node else AllAtOnce()
-    return count, lambda: synthetic_requests(count, seed, prompt, output, arrival, max_model_len=mml)
+
+    def make():
+        return synthetic_requests(count, seed, prompt, output, arrival, max_model_len=mml)
+
+    return count, make
 
 
 def _check_fits(where, lengths: Lengths, top: int, what: str) -> None:

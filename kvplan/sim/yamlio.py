@@ -103,7 +103,7 @@ class YamlList(YamlNode):
 
 
 class YamlMap(YamlNode):
-    """A YAML mapping with string keys; typed getters mark keys used, `finish` rejects the rest."""
+    """A YAML mapping with string keys; getters record what was asked, `finish` rejects the rest."""
 
     __slots__ = ("entries", "key_lines", "asked")
 
@@ -184,7 +184,8 @@ class YamlMap(YamlNode):
         for key in self.entries:
             if key not in allowed:
                 hint = difflib.get_close_matches(key, allowed, n=1)
-                extra = f"did you mean {hint[0]!r}?" if hint else f"expected {', '.join(allowed)}"
+                extra = (f"did you mean {hint[0]!r}?" if hint else
+                         f"expected {', '.join(allowed)}" if allowed else "no keys are taken here")
                 raise self.error_cls(
                     f"unknown key {key!r}; {extra}",
                     file=self.file, field=self.child_path(key), line=self.key_lines[key],
@@ -199,7 +200,8 @@ class YamlMap(YamlNode):
 
 
 def _bounds_text(kind: str, ge=None, gt=None, le=None, lt=None) -> str:
-    parts = [f"{op} {v}" for op, v in ((">=", ge), (">", gt), ("<=", le), ("<", lt)) if v is not None]
+    pairs = ((">=", ge), (">", gt), ("<=", le), ("<", lt))
+    parts = [f"{op} {v}" for op, v in pairs if v is not None]
     return f"{kind} {' and '.join(parts)}".strip()
 
 
@@ -343,8 +345,8 @@ class _Builder:
             value = None
         elif tag in (_TAG + "bool", _TAG + "int", _TAG + "float"):
             if ":" in text:
-                raise self.fail(f"sexagesimal number {text!r}: quote it or write it plainly", loc[1],
-                                loc[0])  # fmt: skip
+                message = f"sexagesimal number {text!r}: quote it or write it plainly"
+                raise self.fail(message, loc[1], loc[0])
             value = self._constructor.construct_object(node)
         else:
             raise self.fail(f"unsupported YAML tag {tag}", loc[1], loc[0])
