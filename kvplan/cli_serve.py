@@ -1,0 +1,77 @@
+"""`kvplan simulate` on a serve workload: run the engine per allocator, then report."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from kvplan.report.files import atomic_write
+from kvplan.report.output import emit_json
+from kvplan.report.serve_view import plot_serve, render_serve, write_requests_csv
+from kvplan.sim.types import AllocatorSpec, Workload
+
+
+def simulate_serve(wl: Workload, *, json: bool, plot: Path | None, csv: Path | None,
+                   rates: list[float] | None, latency_bound: float, block_sizes: list[int] | None) -> None:
+    from kvplan.sim.engine import simulate
+
+    if block_sizes:
+        specs = [s for s in wl.allocators if s.kind == "contiguous"]
+        wl = replace(wl, allocators=tuple(specs + [AllocatorSpec("paged", block_size=b) for b in block_sizes]))
+    with _Progress(wl.num_requests, len(wl.allocators), enabled=not json) as bar:
+        results = [simulate(wl, spec, progress=bar.callback(i), record_requests=csv is not None)
+                   for i, spec in enumerate(wl.allocators)]
+        doc = {"workload": wl.name, "experiment": "serve", "pool_slots": wl.pool.slots,
+               "num_requests": wl.num_requests, "time_unit": results[0].time_unit if results else None,
+               "results": [r.to_dict() for r in results]}
+        if rates:
+            doc["rate_sweep"] = _sweep(wl, rates, latency_bound)
+    if csv is not None:
+        atomic_write(csv, lambda tmp: write_requests_csv(results, tmp))
+    if plot is not None:
+        atomic_write(plot, lambda tmp: plot_serve(results, tmp))
+    if json:
+        emit_json(doc)
+    else:
+        render_serve(doc)
+
+
+def _sweep(wl: Workload, rates: list[float], latency_bound: float) -> list[dict]:
+    from kvplan.sim.sweep import rate_sweep
+
+    return [{"label": spec.label, **rate_sweep(wl, spec, rates, latency_bound).to_dict()}
+            for spec in wl.allocators]
+
+
+class _Progress:
+    """A rich progress bar on stderr, shown only once a run has taken more than a second."""
+
+    def __init__(self, per_run: int, runs: int, enabled: bool) -> None:
+        self.per_run, self.total, self.enabled = per_run, max(per_run * runs, 1), enabled
+        self.start = time.monotonic()
+        self.bar = self.task = None
+
+    def __enter__(self) -> "_Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def callback(self, index: int):
+        """The engine's progress(completed, loaded) hook for the index-th allocator's run."""
+
+        def report(completed: int, loaded: int) -> None:
+            if not self.enabled or time.monotonic() - self.start < 1.0:
+                return
+            if self.bar is None:
+                from rich.console import Console
+                from rich.progress import Progress
+
+                self.bar = Progress(console=Console(stderr=True), transient=True)
+                self.task = self.bar.add_task("simulating", total=self.total)
+                self.bar.start()
+            self.bar.update(self.task, completed=min(index * self.per_run + completed, self.total))
+
+        return report

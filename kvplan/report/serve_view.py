@@ -1,0 +1,103 @@
+"""Human output, CSV and plots of a discrete-event run (`kvplan simulate` on experiment: serve)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from kvplan.report.output import console
+
+BREAKDOWN = ("token_states", "reserved", "internal", "external", "free")
+
+
+def _num(value, fmt: str = ".3g") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def render_serve(doc: dict) -> None:
+    from rich.table import Table
+
+    out = console()
+    unit = doc.get("time_unit") or "s"
+    table = Table(title=f"Serving simulation: {doc['workload']} ({doc['num_requests']:,} requests, "
+                        f"pool of {doc['pool_slots']:,} token slots, times in {unit})", title_justify="left")
+    cols = ("allocator", "completed", f"req/{unit}", f"tok/{unit}", "TTFT p50", "TTFT p99", "TPOT mean",
+            "norm. latency", "mean batch", "preempted")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "allocator" else "right", no_wrap=col == "allocator")
+    for r in doc["results"]:
+        table.add_row(r["label"], f"{r['completed']:,}", _num(r["throughput_rps"]), _num(r["throughput_tps"]),
+                      _num(r["ttft_s"]["p50"]), _num(r["ttft_s"]["p99"]), _num(r["tpot_s"]["mean"]),
+                      _num(r["normalized_latency_s"]["mean"]), f"{r['mean_running']:.1f}",
+                      f"{r['preemptions']:,}")
+    out.print(table)
+    mem = Table(title="Time-averaged memory (Kwon et al. Figure 2 vocabulary, % of the pool)", title_justify="left")
+    mem.add_column("allocator", no_wrap=True)
+    for col in BREAKDOWN:
+        mem.add_column(col.replace("_", " "), justify="right")
+    for r in doc["results"]:
+        mem.add_row(r["label"], *(f"{100 * r['memory_breakdown'][c]:.1f}" for c in BREAKDOWN))
+    out.print(mem)
+    if doc.get("rate_sweep"):
+        out.print(_sweep_table(doc["rate_sweep"], unit))
+    if any(r.get("clipped") for r in doc["results"]):
+        out.print(f"[dim]note: {doc['results'][0]['clipped']:,} requests were clipped to max_model_len.[/dim]")
+
+
+def _sweep_table(sweeps: list[dict], unit: str):
+    from rich.table import Table
+
+    rates = sorted({p["rate"] for s in sweeps for p in s["points"]})
+    table = Table(title=f"Request-rate sweep: mean normalized latency ({unit}/token); bound "
+                        f"{sweeps[0]['latency_bound']:g}", title_justify="left")
+    table.add_column("allocator", no_wrap=True)
+    for rate in rates:
+        table.add_column(f"{rate:g}/{unit}", justify="right")
+    table.add_column("max rate under bound", justify="right")
+    for s in sweeps:
+        by_rate = {p["rate"]: p["normalized_latency_s"] for p in s["points"]}
+        table.add_row(s["label"], *(_num(by_rate.get(r)) for r in rates), _num(s["max_rate"], "g"))
+    return table
+
+
+def write_requests_csv(results, path: Path) -> None:
+    """One row per request per allocator (request = index in arrival order), streamed by chunks."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["allocator", "request", *results[0].requests.FIELDS])
+        for result in results:
+            row = 0
+            for chunk in result.requests.iter_chunks():
+                columns = [chunk[name].tolist() for name in result.requests.FIELDS]
+                for values in zip(*columns):
+                    writer.writerow([result.label, row, *values])
+                    row += 1
+
+
+def plot_serve(results, path: Path) -> None:
+    """Memory breakdown over time (stacked, % of pool) and the running batch, one column per allocator."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(results)
+    fig, axes = plt.subplots(2, n, figsize=(4.2 * n, 6), dpi=110, squeeze=False, sharex="col")
+    colors = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "0.85")
+    for j, result in enumerate(results):
+        cols = result.timeline.columns
+        pool = max(result.pool_slots, 1)
+        stack = [100 * cols[k] / pool for k in BREAKDOWN]
+        axes[0][j].stackplot(cols["time"], *stack, labels=[k.replace("_", " ") for k in BREAKDOWN], colors=colors)
+        axes[0][j].set_title(result.label, fontsize=10)
+        axes[0][j].set_ylim(0, 100)
+        axes[1][j].plot(cols["time"], cols["running"], color="tab:blue", label="running")
+        axes[1][j].plot(cols["time"], cols["waiting"], color="tab:gray", label="waiting", alpha=0.7)
+        axes[1][j].set_xlabel(f"time ({result.time_unit})")
+    axes[0][0].set_ylabel("% of KV pool")
+    axes[1][0].set_ylabel("requests")
+    axes[0][-1].legend(fontsize=7, loc="upper right")
+    axes[1][-1].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, format=path.suffix.lstrip(".") or "png")
+    plt.close(fig)

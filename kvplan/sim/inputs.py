@@ -1,0 +1,139 @@
+"""What both engines consume: checked settings, and the request stream clipped and in ticks.
+
+Both the fast engine and the step-by-step reference read requests only through
+`prepared_chunks`, so clipping, tick conversion and reservations are decided once.
+
+Clipping (vLLM's limits, applied at load and counted in `clipped`):
+- an output of 0 tokens becomes 1 (a prefill always produces one token, as vLLM's max_tokens >= 1);
+- a prompt longer than max_model_len - 1 is cut to max_model_len - 1 (vLLM would reject it; the
+  simulator keeps the request so every allocator sees the same number of requests);
+- the output is then cut so that prompt + output <= max_model_len (vLLM stops generating there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from kvplan.errors import WorkloadError
+from kvplan.memory.capacity import contiguous_reservations
+from kvplan.memory.contiguous import POLICIES, reservation
+from kvplan.sim.timing import StepClock, make_clock
+from kvplan.sim.types import AllocatorSpec, SchedulerConfig, Workload
+
+PREEMPTION_MODES = ("recompute", "swap")
+
+
+@dataclass(frozen=True, slots=True)
+class SimSetup:
+    """One allocator's run, checked: pool geometry, scheduler limits and the clock."""
+
+    label: str
+    paged: bool
+    policy: str | None
+    block_size: int  # paged: B; contiguous: 1 (a slot)
+    num_blocks: int  # paged: slots // B; contiguous: slots
+    slots: int
+    limit: int  # contiguous per-request limit (the "max" reservation)
+    sched: SchedulerConfig
+    clock: StepClock
+
+    @property
+    def tail_slots(self) -> int:
+        """Paged: the slots % B left over after cutting whole blocks (always external waste)."""
+        return self.slots - self.num_blocks * self.block_size if self.paged else 0
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedChunk:
+    """Requests ready to simulate: int64 arrival ticks, prompt, output, contiguous reservation."""
+
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    reserve: np.ndarray  # 0 for paged
+    clipped: int
+
+    def __len__(self) -> int:
+        return len(self.prompt)
+
+
+def _int_at_least(value, minimum: int, field: str) -> int:
+    if isinstance(value, bool) or int(value) != value or value < minimum:
+        raise WorkloadError(f"must be an integer >= {minimum}, got {value!r}", field=field)
+    return int(value)
+
+
+def _check_scheduler(s: SchedulerConfig) -> None:
+    _int_at_least(s.max_num_seqs, 1, "scheduler.max_num_seqs")
+    tokens = _int_at_least(s.max_num_batched_tokens, 1, "scheduler.max_num_batched_tokens")
+    model_len = _int_at_least(s.max_model_len, 2, "scheduler.max_model_len")
+    _int_at_least(s.swap_slots, 0, "scheduler.swap_slots")
+    if s.preemption not in PREEMPTION_MODES:
+        raise WorkloadError(f"unknown preemption mode {s.preemption!r}; use recompute or swap",
+                            field="scheduler.preemption")
+    if not s.chunked_prefill and tokens < model_len:
+        raise WorkloadError(f"without chunked prefill max_num_batched_tokens ({tokens}) must be >= "
+                            f"max_model_len ({model_len}), or a long prompt could never be "
+                            "scheduled (vLLM refuses this too)",
+                            field="scheduler.max_num_batched_tokens")
+
+
+def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
+    """Check that `allocator` can serve `workload` at all, and fix the pool geometry."""
+    s = workload.scheduler
+    _check_scheduler(s)
+    slots = _int_at_least(workload.pool.slots, 1, "pool.slots")
+    clock = make_clock(workload.timing, workload.pool)
+    if allocator.kind == "paged":
+        b = _int_at_least(allocator.block_size, 1, "allocator.block_size")
+        num_blocks = slots // b
+        if num_blocks * b < s.max_model_len:
+            raise WorkloadError(f"the pool holds {num_blocks} blocks of {b} slots, fewer than one "
+                                f"request of max_model_len {s.max_model_len} needs",
+                                field="pool.slots")
+        return SimSetup(allocator.label, True, None, b, num_blocks, slots, 0, s, clock)
+    if allocator.kind != "contiguous" or allocator.policy not in POLICIES:
+        raise WorkloadError(f"unknown allocator {allocator!r}", field="allocators")
+    limit = _int_at_least(allocator.max_len or workload.contiguous_max_len, 1, "max_len")
+    if limit < s.max_model_len:
+        raise WorkloadError(f"the contiguous limit max_len ({limit}) is below max_model_len "
+                            f"({s.max_model_len}): long requests could not be reserved",
+                            field="max_len")
+    need = reservation(allocator.policy, s.max_model_len, limit)
+    if need > slots:
+        raise WorkloadError(f"the pool has {slots} slots, fewer than one {allocator.policy} "
+                            f"reservation of {need} for a max_model_len request",
+                            field="pool.slots")
+    return SimSetup(allocator.label, False, allocator.policy, 1, slots, slots, limit, s, clock)
+
+
+def clip_lengths(prompt, output, max_model_len: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Apply the module's clipping rules; returns (prompt, output, number of requests changed)."""
+    p0 = np.asarray(prompt, dtype=np.int64)
+    o0 = np.asarray(output, dtype=np.int64)
+    if p0.size and (p0.min() < 1 or o0.min() < 0):
+        raise WorkloadError("prompt lengths must be >= 1 and output lengths >= 0", field="requests")
+    p = np.minimum(p0, max_model_len - 1)
+    o = np.minimum(np.maximum(o0, 1), max_model_len - p)
+    return p, o, int(np.count_nonzero((p != p0) | (o != o0)))
+
+
+def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChunk]:
+    """The workload's requests, chunk by chunk, clipped, in ticks, with reservations."""
+    last = -1
+    for chunk in workload.make_requests():
+        if len(chunk) == 0:
+            continue
+        ticks = setup.clock.arrival_ticks(chunk.arrival)
+        if ticks[0] < last or (len(ticks) > 1 and np.any(np.diff(ticks) < 0)):
+            raise WorkloadError("request arrivals must be in nondecreasing order", field="arrival")
+        last = int(ticks[-1])
+        p, o, clipped = clip_lengths(chunk.prompt_len, chunk.output_len, setup.sched.max_model_len)
+        if setup.paged:
+            reserve = np.zeros_like(p)
+        else:
+            reserve = contiguous_reservations(p + o, setup.policy, setup.limit)
+        yield PreparedChunk(ticks, p, o, reserve, clipped)

@@ -1,0 +1,241 @@
+"""From the integer record of a run to the numbers people read.
+
+Both engines hand over the same `RawRun`: per-request event ticks (indexed by request id, in
+arrival order), counters, and time integrals as exact Python ints. Every float is computed here,
+once, in a fixed order, so two runs that agree on the integers agree on every printed digit.
+
+Memory breakdown, in slots, measured during each step after that step's allocations and weighted
+by the step's duration (idle gaps count with the pool empty); the five parts partition the pool:
+- token_states: slots holding a token of a running request (prompt + generated so far).
+- reserved: contiguous only: reserved slots the request will still fill before it finishes
+  (prompt + output - held). Paged: 0, nothing is set aside ahead of use.
+- internal: allocated slots that will never hold a token: a contiguous reservation beyond
+  prompt + output, or the unfilled tail of a paged request's last block.
+- external: free slots that cannot be used. Contiguous: the free runs shorter than the reservation
+  of the request at the head of the waiting queue, counted when the free slots in total would
+  hold that reservation (the head is refused only because the free space is in pieces); 0 when
+  nothing waits or when the pool is simply too full (a shortage, as in the capacity experiment).
+  Paged: the slots % B left over after cutting the pool into blocks.
+- free: the other unallocated slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from kvplan.sim.inputs import SimSetup
+
+INTEGRALS = ("time", "running", "tokens", "allocated", "final", "external")
+TIMELINE_FIELDS = ("time", "running", "waiting", "token_states", "reserved", "internal",
+                   "external", "free")
+BREAKDOWN_KEYS = ("token_states", "reserved", "internal", "external", "free")
+
+
+@dataclass(slots=True)
+class RawRun:
+    """What an engine produces: integers only."""
+
+    arrival: np.ndarray  # per request, ticks
+    admitted: np.ndarray  # first admission tick
+    first_token: np.ndarray
+    finish: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    preemptions: np.ndarray  # per request
+    clipped: int
+    steps: int
+    preemptions_total: int
+    swap_outs: int
+    recomputed_tokens: int
+    peak_running: int
+    t_origin: int
+    t_end: int
+    integrals: dict[str, int]  # keys INTEGRALS: sums of value x step ticks
+    timeline: np.ndarray  # (points, 8) int64, columns TIMELINE_FIELDS, time in ticks
+    timeline_delta: int  # ticks between timeline points
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Mean and percentiles of one per-request quantity, in the run's time unit."""
+
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+    @staticmethod
+    def of(values: np.ndarray) -> "Stats":
+        if values.size == 0:
+            return Stats(None, None, None, None)
+        p50, p90, p99 = (float(x) for x in np.percentile(values, [50, 90, 99]))
+        return Stats(float(np.mean(values)), p50, p90, p99)
+
+    def to_dict(self) -> dict:
+        return {"mean": self.mean, "p50": self.p50, "p90": self.p90, "p99": self.p99}
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Point samples of the state every `interval` time units: arrays named TIMELINE_FIELDS."""
+
+    interval: float
+    columns: dict[str, np.ndarray]
+
+    def to_dict(self) -> dict:
+        return {"interval": self.interval, **{k: v.tolist() for k, v in self.columns.items()}}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecords:
+    """Per-request columns (times in the run's unit; -1 never happens for completed runs)."""
+
+    columns: dict[str, np.ndarray]
+
+    FIELDS = ("arrival", "admitted", "first_token", "finish", "prompt", "output", "preemptions")
+
+    def __len__(self) -> int:
+        return len(self.columns["prompt"])
+
+    def iter_chunks(self, size: int = 65_536) -> Iterator[dict[str, np.ndarray]]:
+        """Column slices of at most `size` rows, for streaming to a CSV."""
+        for begin in range(0, len(self), size):
+            yield {k: v[begin:begin + size] for k, v in self.columns.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class ServeResult:
+    """One allocator's dynamic run. Times are in `time_unit` ("s", or "step" without a GPU).
+
+    Per request: TTFT = first token - arrival (the first token comes at the end of the step that
+    completes the prefill); TPOT = (finish - first token) / (output - 1), over requests with more
+    than one output token; e2e = finish - arrival; normalized latency = e2e / output tokens
+    (Kwon et al.); queue delay = first admission - arrival. makespan runs from the first arrival to
+    the last finish; throughput_tps counts output tokens. allocated_slots, tokens_stored and
+    utilization are time averages (the capacity experiment's names, measured over the run), and
+    every request is admitted and completed by the end, so `admitted` equals `completed`.
+    """
+
+    allocator: str  # "contiguous" | "paged"
+    label: str  # "contiguous-max", "paged-B16", ...
+    policy: str | None
+    block_size: int | None
+    time_unit: str
+    pool_slots: int
+    completed: int
+    clipped: int
+    steps: int
+    makespan: float
+    throughput_rps: float
+    throughput_tps: float
+    ttft: Stats
+    tpot: Stats
+    e2e: Stats
+    normalized_latency: Stats
+    queue_delay: Stats
+    peak_running: int
+    mean_running: float
+    preemptions: int
+    swap_outs: int
+    recomputed_tokens: int
+    allocated_slots: float  # time-averaged
+    tokens_stored: float  # time-averaged
+    utilization: float
+    breakdown: dict[str, float]  # BREAKDOWN_KEYS, fractions of the pool
+    timeline: Timeline | None = None
+    requests: RequestRecords | None = None
+
+    @property
+    def wasted_slots(self) -> float:
+        return self.allocated_slots - self.tokens_stored
+
+    def to_dict(self) -> dict:
+        """Plain data with stable keys (the timeline and per-request records are separate)."""
+        return {
+            "allocator": self.allocator, "label": self.label, "policy": self.policy,
+            "block_size": self.block_size,
+            "time_unit": self.time_unit, "pool_slots": self.pool_slots,
+            "admitted": self.completed, "completed": self.completed, "clipped": self.clipped,
+            "steps": self.steps, "makespan": self.makespan,
+            "throughput_rps": self.throughput_rps, "throughput_tps": self.throughput_tps,
+            "ttft_s": self.ttft.to_dict(), "tpot_s": self.tpot.to_dict(),
+            "e2e_s": self.e2e.to_dict(), "normalized_latency_s": self.normalized_latency.to_dict(),
+            "queue_delay_s": self.queue_delay.to_dict(),
+            "peak_running": self.peak_running, "mean_running": self.mean_running,
+            "preemptions": self.preemptions, "swap_outs": self.swap_outs,
+            "recomputed_tokens": self.recomputed_tokens,
+            "allocated_slots": self.allocated_slots, "tokens_stored": self.tokens_stored,
+            "wasted_slots": self.wasted_slots, "utilization": self.utilization,
+            "memory_breakdown": dict(self.breakdown),
+        }  # fmt: skip
+
+
+def breakdown_integrals(raw: RawRun, setup: SimSetup) -> dict[str, int]:
+    """The five parts of the pool, each integrated over time (exact ints summing to slots x T)."""
+    i = raw.integrals
+    total = setup.slots * i["time"]
+    if setup.paged:
+        parts = [i["tokens"], 0, i["allocated"] - i["tokens"]]
+    else:
+        parts = [i["tokens"], i["final"] - i["tokens"], i["allocated"] - i["final"]]
+    parts += [i["external"], total - i["allocated"] - i["external"]]
+    return dict(zip(BREAKDOWN_KEYS, parts))
+
+
+def _latencies(raw: RawRun, per_unit: int) -> dict[str, Stats]:
+    arrival, out = raw.arrival, raw.output
+    e2e = (raw.finish - arrival) / per_unit
+    ttft = (raw.first_token - arrival) / per_unit
+    many = out > 1
+    tpot = ((raw.finish - raw.first_token)[many] / per_unit) / (out[many] - 1)
+    return {
+        "ttft": Stats.of(ttft), "tpot": Stats.of(tpot), "e2e": Stats.of(e2e),
+        "normalized_latency": Stats.of(e2e / out),
+        "queue_delay": Stats.of((raw.admitted - arrival) / per_unit),
+    }
+
+
+def _timeline(raw: RawRun, setup: SimSetup) -> Timeline:
+    per_unit = setup.clock.ticks_per_unit
+    cols = {name: raw.timeline[:, k].copy() for k, name in enumerate(TIMELINE_FIELDS)}
+    cols["time"] = (cols["time"] - raw.t_origin) / per_unit
+    return Timeline(raw.timeline_delta / per_unit, cols)
+
+
+def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False) -> ServeResult:
+    """Every reported number of one run, from its integers."""
+    per_unit = setup.clock.ticks_per_unit
+    span = raw.integrals["time"]
+    makespan = span / per_unit
+    parts = breakdown_integrals(raw, setup)
+    total = setup.slots * span
+    alloc, tokens = raw.integrals["allocated"], raw.integrals["tokens"]
+    records = None
+    if record_requests:
+        times = {k: getattr(raw, k) / per_unit
+                 for k in ("arrival", "admitted", "first_token", "finish")}
+        records = RequestRecords({**times, "prompt": raw.prompt, "output": raw.output,
+                                  "preemptions": raw.preemptions})
+    return ServeResult(
+        allocator="paged" if setup.paged else "contiguous", label=setup.label, policy=setup.policy,
+        block_size=setup.block_size if setup.paged else None,
+        time_unit=setup.clock.unit, pool_slots=setup.slots,
+        completed=int(raw.finish.size), clipped=raw.clipped, steps=raw.steps,
+        makespan=makespan,
+        throughput_rps=raw.finish.size / makespan if span else 0.0,
+        throughput_tps=int(raw.output.sum()) / makespan if span else 0.0,
+        **_latencies(raw, per_unit),
+        peak_running=raw.peak_running,
+        mean_running=raw.integrals["running"] / span if span else 0.0,
+        preemptions=raw.preemptions_total, swap_outs=raw.swap_outs,
+        recomputed_tokens=raw.recomputed_tokens,
+        allocated_slots=alloc / span if span else 0.0,
+        tokens_stored=tokens / span if span else 0.0,
+        utilization=tokens / alloc if alloc else 0.0,
+        breakdown={k: (v / total if total else 0.0) for k, v in parts.items()},
+        timeline=_timeline(raw, setup),
+        requests=records,
+    )  # fmt: skip

@@ -1,0 +1,120 @@
+"""How long one scheduler step takes, in integer ticks.
+
+Without a GPU (`TimingConfig.gpu_name` is None) a tick is one step and every step takes 1 tick.
+With a GPU a tick is one picosecond and a step follows a roofline:
+
+    step = overhead + max(weights + kv_per_token * kv_read,  compute_per_token * tokens)
+
+`kv_read` is the KV the step reads: every scheduled request's tokens held at the start of the
+step (a decode reads its whole context once; a prefill chunk reads the chunks before it).
+`tokens` is the tokens the step processes (prefill chunks plus one per decoding request). Memory
+time is bytes / (HBM bandwidth x bandwidth_efficiency); compute time is flops_per_token x tokens
+/ (peak x flops_efficiency). The four constants are rounded to whole picoseconds once, here, and
+every later sum is integer arithmetic: a jump over many steps summed in closed form equals the
+step-by-step sum exactly, so the fast engine and the reference agree to the last bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvplan.errors import WorkloadError
+from kvplan.model.gpus import get_gpu
+from kvplan.sim.types import PoolSpec, TimingConfig
+
+TICKS_PER_SECOND = 10**12  # picoseconds, when a GPU is set
+MAX_ARRIVAL_TICKS = 2**62  # about 53 days in picoseconds: int64 room for every sum of times
+
+
+@dataclass(frozen=True, slots=True)
+class StepClock:
+    """The integer constants of the step-time model (all zero and `timed` False for step units)."""
+
+    timed: bool
+    overhead: int = 0  # ticks added to every step
+    weights: int = 0  # ticks to read the weights once
+    kv_per_token: int = 0  # ticks to read one token's KV
+    compute_per_token: int = 0  # ticks of compute per processed token
+
+    @property
+    def ticks_per_unit(self) -> int:
+        """Ticks per reported time unit: 10**12 per second, or 1 per step."""
+        return TICKS_PER_SECOND if self.timed else 1
+
+    @property
+    def unit(self) -> str:
+        return "s" if self.timed else "step"
+
+    def step_ticks(self, kv_read: int, tokens: int) -> int:
+        """Duration of one step that reads `kv_read` tokens of KV and processes `tokens` tokens."""
+        if not self.timed:
+            return 1
+        memory = self.weights + self.kv_per_token * kv_read
+        return self.overhead + max(memory, self.compute_per_token * tokens)
+
+    def arrival_ticks(self, arrival: np.ndarray) -> np.ndarray:
+        """Arrival times (seconds, or steps) as int64 ticks.
+
+        Steps: rounded up, so a request arriving at 2.5 is first seen by the step starting at 3.
+        Seconds: rounded to the nearest picosecond.
+        """
+        values = np.asarray(arrival, dtype=np.float64)
+        scaled = values * TICKS_PER_SECOND if self.timed else values
+        ticks = np.rint(scaled) if self.timed else np.ceil(scaled)
+        if values.size and not (np.isfinite(ticks).all() and ticks.min() >= 0
+                                and ticks.max() < MAX_ARRIVAL_TICKS):
+            raise WorkloadError("arrival times must be finite, >= 0 and below about 53 days "
+                                "(4.6e6 s, or 4.6e18 steps)", field="arrival")
+        return ticks.astype(np.int64)
+
+
+def _ticks(seconds: float) -> int:
+    return int(round(seconds * TICKS_PER_SECOND))
+
+
+def _positive(value: float, field: str) -> float:
+    if not value > 0:
+        raise WorkloadError(f"must be > 0, got {value!r}", field=field)
+    return float(value)
+
+
+def _fraction(value: float, field: str) -> float:
+    if not 0 < value <= 1:
+        raise WorkloadError(f"must be in (0, 1], got {value!r}", field=field)
+    return float(value)
+
+
+def make_clock(timing: TimingConfig, pool: PoolSpec | None = None) -> StepClock:
+    """The clock for a workload: step units without a GPU, the roofline in picoseconds with one.
+
+    Bandwidth and peak FLOP/s left at 0 are read from the GPU catalog by `gpu_name`; a KV size per
+    token left at 0 falls back to the pool's bytes per slot.
+    """
+    if timing.gpu_name is None:
+        return StepClock(timed=False)
+    hbm, peak = timing.hbm_bytes_per_s, timing.peak_flops
+    if not hbm or not peak:
+        gpu = get_gpu(timing.gpu_name)
+        hbm, peak = hbm or gpu.hbm_bytes_per_s, peak or gpu.peak_bf16_flops
+    bandwidth = _positive(hbm, "timing.hbm_bytes_per_s") * _fraction(
+        timing.bandwidth_efficiency, "timing.bandwidth_efficiency")
+    flops = _positive(peak, "timing.peak_flops") * _fraction(
+        timing.flops_efficiency, "timing.flops_efficiency")
+    kv_bytes = timing.kv_bytes_per_token or (pool.bytes_per_slot if pool else 0) or 0
+    for name in ("weight_bytes", "flops_per_token", "step_overhead_s"):
+        if getattr(timing, name) < 0:
+            raise WorkloadError(f"must be >= 0, got {getattr(timing, name)!r}",
+                                field=f"timing.{name}")
+    overhead = _ticks(timing.step_overhead_s)
+    weights = _ticks(timing.weight_bytes / bandwidth)
+    if overhead + weights == 0:
+        overhead = 1  # a step takes at least one tick, so time always moves forward
+    return StepClock(
+        timed=True,
+        overhead=overhead,
+        weights=weights,
+        kv_per_token=_ticks(kv_bytes / bandwidth),
+        compute_per_token=_ticks(timing.flops_per_token / flops),
+    )

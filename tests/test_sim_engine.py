@@ -1,0 +1,198 @@
+"""The fast engine against the step-by-step reference, plus conservation, determinism and math."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from kvplan.sim import kernel as K
+from kvplan.sim.engine import KernelState, serve_document, simulate
+from kvplan.sim.inputs import make_setup, prepared_chunks
+from kvplan.sim.reference import simulate_reference
+from kvplan.sim.sweep import rate_sweep
+from kvplan.sim.types import (AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig,
+                              TimingConfig, Workload)
+from tests.test_sim_reference import make_workload
+
+
+def random_workload(seed: int, big: bool = False) -> tuple[Workload, AllocatorSpec, int]:
+    """A random small serving run: sizes, arrivals, scheduler, allocator and timing all vary."""
+    rng = np.random.default_rng([seed, int(big)])
+    n = int(rng.integers(40, 160) if big else rng.integers(1, 30))
+    mml = int(rng.integers(64, 512) if big else rng.integers(8, 64))
+    timed = bool(rng.random() < 0.5)
+    prompt = rng.integers(1, mml + 8, n)
+    output = rng.integers(0, int(rng.choice([40, 300])) if big else 40, n)
+    arrival = np.cumsum(rng.exponential(rng.choice([0.5, 3, 20]), n))
+    if rng.random() < 0.2:
+        arrival[:] = 0.0
+    if timed:
+        arrival *= float(rng.choice([1e-7, 1e-5]))
+    chunked = bool(rng.random() < 0.5)
+    budget = int(rng.integers(1, 2 * mml)) if chunked else int(rng.integers(mml, 2 * mml + 1))
+    mode = "swap" if rng.random() < 0.4 else "recompute"
+    sched = SchedulerConfig(int(rng.integers(1, 24 if big else 10)), budget, mml, chunked, mode,
+                            int(rng.integers(0, 8 * mml)))
+    if rng.random() < 0.5:
+        b = int(rng.choice([1, 2, 3, 4, 8, 16]))
+        spec = AllocatorSpec("paged", block_size=b)
+        slots = int(rng.integers(-(-mml // b) * b, 4 * mml + b + 1))
+    else:
+        limit = mml + int(rng.integers(0, 2)) * int(rng.integers(0, 40))
+        policy = str(rng.choice(["max", "pow2", "oracle"]))
+        spec = AllocatorSpec("contiguous", policy=policy, max_len=limit)
+        slots = int(rng.integers(limit, 5 * mml + limit))
+    timing = TimingConfig()
+    if timed:  # constants of a few hundred to a few hundred thousand picoseconds
+        timing = TimingConfig("test-gpu", 1e12, 1e12, int(rng.integers(0, 300_000)),
+                              float(rng.integers(0, 50_000)), int(rng.integers(0, 20_000)),
+                              1.0, 1.0, float(rng.integers(0, 3)) * 1e-8)
+    size = int(rng.integers(1, n + 1))
+
+    def make():
+        for s in range(0, n, size):
+            yield RequestChunk(arrival[s:s + size], prompt[s:s + size], output[s:s + size])
+
+    wl = Workload("random", "", seed, "serve", n, PoolSpec(slots), (spec,), sched, timing, make)
+    return wl, spec, int(rng.choice([4, 8, 64, 2048]))
+
+
+def as_json(result) -> str:
+    cols = {k: v.tolist() for k, v in result.requests.columns.items()}
+    return json.dumps([result.to_dict(), result.timeline.to_dict(), cols])
+
+
+@pytest.mark.parametrize("seed", range(240))
+def test_engine_equals_reference_on_random_small_workloads(seed):
+    """Breaks if any jump, event or accounting of the fast engine differs from the plain steps."""
+    wl, spec, points = random_workload(seed)
+    fast = simulate(wl, spec, record_requests=True, timeline_points=points)
+    slow = simulate_reference(wl, spec, record_requests=True, timeline_points=points)
+    assert as_json(fast) == as_json(slow)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_engine_equals_reference_on_random_larger_workloads(seed):
+    """Breaks if long jumps (hundreds of steps, many block boundaries) lose exactness."""
+    wl, spec, points = random_workload(seed, big=True)
+    fast = simulate(wl, spec, record_requests=True, timeline_points=points)
+    slow = simulate_reference(wl, spec, record_requests=True, timeline_points=points)
+    assert as_json(fast) == as_json(slow)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_conservation(seed):
+    """Breaks if a request is lost or finishes out of order, or memory leaks or is invented."""
+    wl, spec, _ = random_workload(seed, big=seed % 2 == 1)
+    setup = make_setup(wl, spec)
+    state = KernelState(setup)
+    for chunk in prepared_chunks(wl, setup):
+        state.load(chunk)
+        state.run(final=False)
+    state.run(final=True)
+    raw = state.raw()
+    assert raw.finish.size == wl.num_requests == int(state.st[K.S_DONE])
+    assert np.all(raw.arrival <= raw.admitted) and np.all(raw.admitted < raw.first_token)
+    assert np.all(raw.first_token <= raw.finish) and raw.finish.max(initial=0) == raw.t_end
+    assert state.st[K.S_NRUN] == state.st[K.S_QL] == state.st[K.S_WL] == state.st[K.S_CPU] == 0
+    if setup.paged:
+        assert state.st[K.S_FREE] == setup.num_blocks
+    else:
+        assert state.st[K.S_NFR] == 1 and state.frl[0] == setup.slots
+    result = simulate(wl, spec)
+    assert sum(result.breakdown.values()) == pytest.approx(1.0, abs=1e-12)
+    assert all(v >= 0 for v in result.breakdown.values())
+
+
+def test_determinism():
+    """Breaks if two identical runs differ in any reported digit."""
+    wl, spec, _ = random_workload(7, big=True)
+    assert as_json(simulate(wl, spec, record_requests=True)) == as_json(
+        simulate(wl, spec, record_requests=True))
+
+
+def test_engine_jumps_over_most_steps():
+    """Breaks if event skipping stops working (the engine would step token by token)."""
+    wl = make_workload([(i * 50, 5, 40) for i in range(20)], 256, max_model_len=64)
+    setup = make_setup(wl, AllocatorSpec("paged", block_size=16))
+    state = KernelState(setup)
+    for chunk in prepared_chunks(wl, setup):
+        state.load(chunk)
+    state.run(final=True)
+    assert state.st[K.S_STEPS] == 20 * 40 and state.st[K.S_EVENTS] <= 3 * 20
+
+
+def test_timeline_is_evenly_spaced_after_downsampling():
+    """Breaks if downsampling loses the grid or overfills the buffer."""
+    wl = make_workload([(i * 3, 5, 30) for i in range(40)], 256, max_model_len=64)
+    result = simulate(wl, AllocatorSpec("paged", block_size=4), timeline_points=16)
+    times = result.timeline.columns["time"]
+    assert 8 <= len(times) <= 15
+    assert np.all(np.diff(times) == result.timeline.interval)
+
+
+def test_progress_is_reported():
+    """Breaks if the progress callback is never called or reports a wrong total."""
+    calls = []
+    wl = make_workload([(i, 5, 5) for i in range(30)], 256, max_model_len=64, chunk_size=7)
+    simulate(wl, AllocatorSpec("paged", block_size=4),
+             progress=lambda done, n: calls.append((done, n)))
+    assert calls and calls[-1] == (30, 30)
+
+
+def test_serve_document_has_one_result_per_allocator():
+    """Breaks if `kvplan check` / `simulate --json` lose an allocator or the stable keys."""
+    specs = (AllocatorSpec("contiguous", policy="max", max_len=16),
+             AllocatorSpec("paged", block_size=4))
+    wl = replace(make_workload([(0, 5, 3), (1, 4, 4)], 64, max_model_len=16), allocators=specs)
+    doc = serve_document(wl)
+    assert [r["label"] for r in doc["results"]] == ["contiguous-max", "paged-B4"]
+    assert doc["experiment"] == "serve" and doc["time_unit"] == "step"
+    assert set(doc["results"][0]["memory_breakdown"]) == {"token_states", "reserved", "internal",
+                                                          "external", "free"}
+
+
+def test_rate_sweep_finds_the_highest_rate_under_the_bound():
+    """Breaks if the sweep ignores the rate, or reports a rate whose latency is over the bound."""
+    rng = np.random.default_rng(1)
+    reqs = [(0, int(p), int(o)) for p, o in zip(rng.integers(1, 40, 200), rng.integers(1, 40, 200))]
+    wl = replace(make_workload(reqs, 256, max_model_len=64, max_num_seqs=32), seed=3)
+    sweep = rate_sweep(wl, AllocatorSpec("paged", block_size=4), [0.05, 0.2, 0.8, 3.2], 2.0)
+    latency = [p.normalized_latency for p in sweep.points]
+    assert latency == sorted(latency) and latency[0] == 1.0  # alone, one step per token
+    assert sweep.max_rate in (0.05, 0.2, 0.8) and latency[-1] > 2.0
+    under = [p.rate for p in sweep.points if p.normalized_latency <= 2.0]
+    assert sweep.max_rate == max(under)
+
+
+@pytest.mark.parametrize("x, y", [(1, 1), (2**62 - 1, 2**62 - 1), (123456789123, 987654321987),
+                                  (2**31, 2**31 - 1), (0, 2**61)])
+def test_mac_is_exact(x, y):
+    """Breaks if the 128-bit accumulator drops carries."""
+    acc = np.zeros((1, 4), dtype=np.int64)
+    for _ in range(3):
+        K.mac(acc, np.int64(0), np.int64(x), np.int64(y))
+    assert sum(int(v) << (31 * i) for i, v in enumerate(acc[0])) == 3 * x * y
+
+
+@pytest.mark.parametrize("b", [1, 3, 4, 16])
+@pytest.mark.parametrize("h", [0, 1, 5, 16, 37])
+def test_block_sums_match_brute_force(b, h):
+    """Breaks if the closed-form block counts of a jump differ from counting step by step."""
+    for length in (1, 2, 7, 33):
+        blocks = [-(-(h + i + 1) // b) for i in range(length)]
+        assert K.block_sums(h, length, b) == (sum(blocks), sum(i * x for i, x in enumerate(blocks)))
+
+
+def test_jump_time_matches_step_by_step():
+    """Breaks if the closed-form time of k decode steps differs from summing step_dt."""
+    cf = np.zeros(K.NCONF, dtype=np.int64)
+    cf[K.C_TIMED], cf[K.C_OVH], cf[K.C_W], cf[K.C_KV], cf[K.C_FLOP] = 1, 7, 1000, 13, 900
+    for h0, n in ((0, 1), (50, 3), (500, 8), (10, 40)):
+        flat, base, slope, jstar = K.jump_params(cf, h0, n)
+        steps = [K.step_dt(cf, h0 + n * j, n) for j in range(60)]
+        for k in (1, 2, 17, 60):
+            assert K.cum(k, flat, base, slope, jstar) == sum(steps[:k])
