@@ -7,6 +7,8 @@ from kvplan.model.config import LayerSpec, ModelSpec
 from kvplan.model.dtypes import DTYPE_BITS, dtype_bits
 from kvplan.model.layout import KVLayout, LayerGroup
 
+MAX_TP = 65_536
+
 
 def kv_heads_per_gpu(num_kv_heads: int, tp: int) -> int:
     """KV heads one rank holds: split evenly, or replicated (one per rank) when tp exceeds them.
@@ -24,8 +26,8 @@ def kv_heads_per_gpu(num_kv_heads: int, tp: int) -> int:
 
 def build_layout(spec: ModelSpec, kv_dtype: str = "auto", tp: int = 1) -> KVLayout:
     """Group the model's layers by what they keep, sized for one of `tp` GPUs."""
-    if tp < 1:
-        raise UsageError(f"expected a positive integer, got {tp}", field="tp")
+    if not 1 <= tp <= MAX_TP:
+        raise UsageError(f"expected an integer from 1 to {MAX_TP:,}, got {tp}", field="tp")
     name = spec.dtype if kv_dtype == "auto" else kv_dtype
     bits = dtype_bits(name)
     state_bits = DTYPE_BITS[spec.dtype]

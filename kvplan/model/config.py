@@ -27,6 +27,9 @@ CONTEXT_KEYS = (
     "max_sequence_length",
     "n_ctx",
 )
+MAX_VALUE = 2**40  # no config field of a real model comes near this
+MAX_LAYERS = 10_000  # the deepest models have a few hundred layers
+MAX_CONFIG_BYTES = 16 * 2**20
 # transformers' own class defaults, used when a config leaves the context out.
 DEFAULT_CONTEXT = {"RefinedWebModel": 2048, "RefinedWeb": 2048, "falcon": 2048, "gpt2": 1024}
 
@@ -63,7 +66,7 @@ class ModelSpec:
     raw: dict[str, Any] = field(repr=False, compare=False, hash=False)
 
 
-class _Reader:
+class ConfigReader:
     """Typed access to one config dict that names the file and field in every error."""
 
     def __init__(self, raw: dict[str, Any], source: str, prefix: str = "") -> None:
@@ -75,7 +78,8 @@ class _Reader:
     def _fail(self, key: str, expected: str) -> ConfigError:
         return ConfigError(expected, file=self.source, field=self.prefix + key)
 
-    def int(self, *keys: str, default: int | None = None, positive: bool = True) -> int:
+    def int(self, *keys: str, default: int | None = None, positive: bool = True, maximum: int = MAX_VALUE) -> int:
+        """The first present key as an integer in [1 (0 if not positive), maximum]."""
         for key in keys:
             value = self.raw.get(key)
             if value is None:
@@ -86,10 +90,23 @@ class _Reader:
                 raise self._fail(key, f"expected an integer, got {value!r}")
             if positive and value <= 0:
                 raise self._fail(key, f"expected a positive integer, got {value!r}")
+            if value < 0 or value > maximum:
+                raise self._fail(key, f"expected an integer between {int(positive)} and {maximum:,}, got {value!r}")
             return int(value)
         if default is not None:
             return default
         raise self._fail(keys[0], "missing; this field is needed to size the KV cache")
+
+    def number(self, key: str, default: float | None = None) -> float:
+        """A finite positive number (int or float)."""
+        value = self.raw.get(key)
+        if value is None:
+            if default is None:
+                raise self._fail(key, "missing; this field is needed to size the model")
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_VALUE:
+            raise self._fail(key, f"expected a positive number, got {value!r}")
+        return float(value)
 
     def opt_int(self, *keys: str) -> int | None:
         if not any(self.has(k) for k in keys):
@@ -104,16 +121,20 @@ class _Reader:
             raise self._fail(key, f"expected true or false, got {value!r}")
         return value
 
-    def sub(self, key: str) -> "_Reader":
+    def sub(self, key: str) -> "ConfigReader":
         value = self.raw.get(key)
         if not isinstance(value, dict):
             raise self._fail(key, "expected an object")
-        return _Reader(value, self.source, f"{self.prefix}{key}.")
+        return ConfigReader(value, self.source, f"{self.prefix}{key}.")
 
 
 def load_config(path: Path) -> dict[str, Any]:
     """Parse a config.json file into a dict, with one-line errors."""
     try:
+        if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"larger than {MAX_CONFIG_BYTES // 2**20} MiB; not a model config", file=path)
+        if not path.is_file():
+            raise ConfigError("not a regular file", file=path)
         text = path.read_text(encoding="utf-8")
     except IsADirectoryError:
         raise ConfigError("is a directory without a config.json", file=path) from None
@@ -123,6 +144,8 @@ def load_config(path: Path) -> dict[str, Any]:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not valid JSON: {exc.msg}", file=path, line=exc.lineno) from None
+    except RecursionError:
+        raise ConfigError("not valid JSON: nested too deeply", file=path) from None
     if not isinstance(raw, dict):
         raise ConfigError("expected a JSON object at the top level", file=path)
     return raw
@@ -130,11 +153,11 @@ def load_config(path: Path) -> dict[str, Any]:
 
 def read_model(raw: dict[str, Any], name: str, source: str) -> ModelSpec:
     """Turn a config dict into a ModelSpec; nested `text_config` (multimodal) is followed."""
-    top = _Reader(raw, source)
+    top = ConfigReader(raw, source)
     cfg = top.sub("text_config") if isinstance(raw.get("text_config"), dict) else top
     model_type = str(cfg.raw.get("model_type") or raw.get("model_type") or "unknown")
     dtype, note = _dtype(cfg, top)
-    num_layers = cfg.int(*LAYERS_KEYS)
+    num_layers = cfg.int(*LAYERS_KEYS, maximum=MAX_LAYERS)
     hidden = cfg.int(*HIDDEN_KEYS)
     heads = cfg.int(*HEADS_KEYS)
     context = cfg.int(*CONTEXT_KEYS, default=DEFAULT_CONTEXT.get(model_type, 0))
@@ -167,7 +190,7 @@ def _ties_by_default(model_type: str) -> bool:
     return model_type not in {"llama", "mistral", "mixtral", "qwen3_next", "deepseek_v3"}
 
 
-def _dtype(cfg: _Reader, top: _Reader) -> tuple[str, str]:
+def _dtype(cfg: ConfigReader, top: ConfigReader) -> tuple[str, str]:
     value = cfg.raw.get("torch_dtype") or cfg.raw.get("dtype")
     value = value or top.raw.get("torch_dtype") or top.raw.get("dtype")
     if value is None:
@@ -180,11 +203,11 @@ def _dtype(cfg: _Reader, top: _Reader) -> tuple[str, str]:
     return name, ""
 
 
-def _attention_config(cfg: _Reader) -> _Reader:
+def _attention_config(cfg: ConfigReader) -> ConfigReader:
     return cfg.sub("attn_config") if isinstance(cfg.raw.get("attn_config"), dict) else cfg
 
 
-def _num_kv_heads(cfg: _Reader, model_type: str, heads: int) -> int:
+def _num_kv_heads(cfg: ConfigReader, model_type: str, heads: int) -> int:
     """KV heads: GQA counts under their many names, MQA flags, else MHA."""
     if model_type == "mpt":
         attn = _attention_config(cfg)
@@ -208,7 +231,7 @@ def _num_kv_heads(cfg: _Reader, model_type: str, heads: int) -> int:
     return heads
 
 
-def _head_dim(cfg: _Reader, hidden: int, heads: int) -> int:
+def _head_dim(cfg: ConfigReader, hidden: int, heads: int) -> int:
     explicit = cfg.opt_int("head_dim", "kv_channels", "attention_head_dim")
     if explicit is not None:
         return explicit
@@ -222,7 +245,7 @@ def _head_dim(cfg: _Reader, hidden: int, heads: int) -> int:
 
 
 def _layers(
-    cfg: _Reader, model_type: str, num_layers: int, hidden: int, heads: int, context: int
+    cfg: ConfigReader, model_type: str, num_layers: int, hidden: int, heads: int, context: int
 ) -> list[LayerSpec]:
     if cfg.has("kv_lora_rank"):
         return _mla_layers(cfg, num_layers)
@@ -231,7 +254,7 @@ def _layers(
     full = LayerSpec("full", kv_heads, head_dim, head_dim)
     if model_type == "nemotron-nas" or cfg.has("block_configs"):
         return _block_config_layers(cfg, heads, head_dim, num_layers)
-    if cfg.has("hybrid_override_pattern"):
+    if cfg.has("hybrid_override_pattern") or model_type == "nemotron_h":
         return _nemotron_h_layers(cfg, full, num_layers)
     if cfg.has("attn_layer_period") or model_type == "jamba":
         return _jamba_layers(cfg, full, hidden, num_layers)
@@ -253,7 +276,7 @@ def _layers(
     return layers
 
 
-def _layer_types(cfg: _Reader, model_type: str, num_layers: int) -> list[str]:
+def _layer_types(cfg: ConfigReader, model_type: str, num_layers: int) -> list[str]:
     """The attention type of each layer, from layer_types or the family's pattern keys."""
     explicit = cfg.raw.get("layer_types")
     if explicit is not None:
@@ -272,6 +295,8 @@ def _layer_types(cfg: _Reader, model_type: str, num_layers: int) -> list[str]:
         return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
     if cfg.has("attention_chunk_size"):  # Llama 4: RoPE layers attend within chunks
         no_rope = cfg.raw.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(num_layers)]
+        if not isinstance(no_rope, list) or len(no_rope) != num_layers:
+            raise ConfigError(f"expected a list of {num_layers} flags", file=cfg.source, field="no_rope_layers")
         return ["chunked_attention" if use_rope else "full_attention" for use_rope in no_rope]
     if cfg.has("sliding_window") and cfg.bool("use_sliding_window", default=True):
         first = cfg.int("max_window_layers", default=0, positive=False) if model_type.startswith("qwen") else 0
@@ -279,7 +304,7 @@ def _layer_types(cfg: _Reader, model_type: str, num_layers: int) -> list[str]:
     return ["full_attention"] * num_layers
 
 
-def _windows(cfg: _Reader, model_type: str, context: int) -> dict[str, int | None]:
+def _windows(cfg: ConfigReader, model_type: str, context: int) -> dict[str, int | None]:
     """Window per layer type; a window that is off or at least the context is no window."""
     sliding = None
     if cfg.has("sliding_window") and cfg.bool("use_sliding_window", default=True):
@@ -291,12 +316,12 @@ def _windows(cfg: _Reader, model_type: str, context: int) -> dict[str, int | Non
     return out
 
 
-def _mla_layers(cfg: _Reader, num_layers: int) -> list[LayerSpec]:
+def _mla_layers(cfg: ConfigReader, num_layers: int) -> list[LayerSpec]:
     latent = cfg.int("kv_lora_rank") + cfg.int("qk_rope_head_dim")
     return [LayerSpec("mla", latent_dim=latent)] * num_layers
 
 
-def _block_config_layers(cfg: _Reader, heads: int, head_dim: int, num_layers: int) -> list[LayerSpec]:
+def _block_config_layers(cfg: ConfigReader, heads: int, head_dim: int, num_layers: int) -> list[LayerSpec]:
     """Nemotron-NAS (DeciLM): per-layer attention; no_op or linear-replaced layers keep nothing."""
     blocks = cfg.raw.get("block_configs")
     if not isinstance(blocks, list) or len(blocks) != num_layers:
@@ -309,14 +334,20 @@ def _block_config_layers(cfg: _Reader, heads: int, head_dim: int, num_layers: in
         if attn.get("no_op") or attn.get("replace_with_linear"):
             layers.append(LayerSpec("none"))
             continue
-        group = _Reader(attn, cfg.source, f"block_configs[{i}].attention.").int("n_heads_in_group")
+        group = ConfigReader(attn, cfg.source, f"block_configs[{i}].attention.").int("n_heads_in_group")
+        if heads % group:
+            raise ConfigError(f"expected a divisor of the {heads} attention heads, got {group}",
+                              file=cfg.source, field=f"block_configs[{i}].attention.n_heads_in_group")
         layers.append(LayerSpec("full", heads // group, head_dim, head_dim))
     return layers
 
 
-def _nemotron_h_layers(cfg: _Reader, full: LayerSpec, num_layers: int) -> list[LayerSpec]:
+def _nemotron_h_layers(cfg: ConfigReader, full: LayerSpec, num_layers: int) -> list[LayerSpec]:
     """Nemotron-H: M = Mamba2, * = attention, - = MLP, E = MoE (no KV)."""
-    pattern = str(cfg.raw["hybrid_override_pattern"])
+    if not isinstance(cfg.raw.get("hybrid_override_pattern"), str):
+        raise ConfigError("missing; expected a string of layer codes (M, *, -, E)", file=cfg.source,
+                          field="hybrid_override_pattern")
+    pattern = cfg.raw["hybrid_override_pattern"]
     if len(pattern) != num_layers:
         raise ConfigError(
             f"expected {num_layers} characters, got {len(pattern)}", file=cfg.source, field="hybrid_override_pattern"
@@ -336,7 +367,7 @@ def _nemotron_h_layers(cfg: _Reader, full: LayerSpec, num_layers: int) -> list[L
         raise ConfigError(f"unknown layer code {exc.args[0]!r}", file=cfg.source, field="hybrid_override_pattern") from None
 
 
-def _jamba_layers(cfg: _Reader, full: LayerSpec, hidden: int, num_layers: int) -> list[LayerSpec]:
+def _jamba_layers(cfg: ConfigReader, full: LayerSpec, hidden: int, num_layers: int) -> list[LayerSpec]:
     """Jamba: attention every `attn_layer_period` layers at `attn_layer_offset`, Mamba1 elsewhere."""
     period = cfg.int("attn_layer_period")
     offset = cfg.int("attn_layer_offset", default=0, positive=False)
@@ -346,7 +377,7 @@ def _jamba_layers(cfg: _Reader, full: LayerSpec, hidden: int, num_layers: int) -
     return [full if i % period == offset else mamba for i in range(num_layers)]
 
 
-def _gated_deltanet_state(cfg: _Reader) -> LayerSpec:
+def _gated_deltanet_state(cfg: ConfigReader) -> LayerSpec:
     """Qwen3-Next linear attention: a conv state plus one key x value matrix per value head."""
     k_heads, v_heads = cfg.int("linear_num_key_heads"), cfg.int("linear_num_value_heads")
     k_dim, v_dim = cfg.int("linear_key_head_dim"), cfg.int("linear_value_head_dim")

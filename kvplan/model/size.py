@@ -59,4 +59,7 @@ def size(
         gpu_memory_utilization=gpu_memory_utilization,
         kv_memory=kv_bytes,
     )
-    return SizeRun(report, layout, (spec.dtype_note,) if spec.dtype_note else ())
+    notes = [spec.dtype_note] if spec.dtype_note else []
+    if report.tokens > spec.max_context:
+        notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")
+    return SizeRun(report, layout, tuple(notes))

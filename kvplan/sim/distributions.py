@@ -33,6 +33,8 @@ from kvplan.errors import TraceError
 from kvplan.sim.types import CHUNK_SIZE, RequestChunk
 from kvplan.sim.yamlio import YamlMap, as_float, as_int
 
+MAX_LENGTH = 2**31  # no request is longer than two billion tokens
+
 LENGTH_DISTS = (
     "fixed", "uniform", "normal", "lognormal", "exponential", "zipf", "histogram", "csv",
 )  # fmt: skip
@@ -262,6 +264,8 @@ def _load_column(node: YamlMap, base_dir: Path) -> Empirical:
     raw = node.get_str("path")
     path = (base_dir / Path(raw).expanduser()).resolve()
     column = node.get_str("column")
+    if path.exists() and not path.is_file():
+        raise node.node("path").error(f"expected a regular file; {path} could be endless")
     values: list[float] = []
     try:
         with open(path, newline="", encoding="utf-8") as f:
@@ -320,7 +324,7 @@ def _parse_dist(node: YamlMap, kind: str, base_dir: Path) -> LengthDist:
 
 def _parse_histogram(node: YamlMap) -> Histogram:
     edges_node, weights_node = node.get_list("edges"), node.get_list("weights")
-    edges = [as_int(e, ge=0) for e in edges_node]
+    edges = [as_int(e, ge=0, le=MAX_LENGTH) for e in edges_node]
     for prev, e in zip(edges_node.items, edges_node.items[1:]):
         if as_int(e) <= as_int(prev):
             raise e.error("edges must be strictly increasing")

@@ -485,6 +485,8 @@ def open_trace(
     path = Path(path)
     if not path.exists():
         raise TraceError("no such file or folder", file=path)
+    if not (path.is_file() or path.is_dir()):
+        raise TraceError("not a regular file (a device or pipe could be endless)", file=path)
     try:
         if fmt == "mooncake":
             count, t0, t1 = _mooncake_scan(path, limit if repeat == 1 else None)

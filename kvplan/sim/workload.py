@@ -238,8 +238,11 @@ def _trace(node: YamlMap, path: Path, seed: int, mml: int):
     starts = None
     if arrival is not None and fmt == "agentic":  # one arrival per conversation (file)
         starts = lambda k: arrival.times(np.random.default_rng(seed), k, 0.0)[0]  # noqa: E731
+    trace_path = (path.parent / Path(t.get_str("path")).expanduser()).resolve()
+    if trace_path.exists() and not (trace_path.is_file() or trace_path.is_dir()):
+        raise t.node("path").error(f"expected a regular file; {trace_path} could be endless")
     trace = open_trace(
-        fmt, (path.parent / Path(t.get_str("path")).expanduser()).resolve(), limit=limit,
+        fmt, trace_path, limit=limit,
         time_scale=t.get_float("time_scale", 1.0, gt=0), repeat=repeat, max_model_len=mml,
         too_long=t.get_choice("too_long", ("error", "clip"), "error"),
         history=t.get_bool("history", False), session_starts=starts,
@@ -271,7 +274,7 @@ def _allocators(doc: YamlMap, mml: int) -> tuple[AllocatorSpec, ...]:
         if kind == "contiguous":
             m.expect_keys("kind", "policy", "max_len")
             policy = m.get_choice("policy", ("max", "pow2", "oracle"), "max")
-            specs.append(AllocatorSpec(kind, policy, max_len=m.get_int("max_len", mml, ge=1)))
+            specs.append(AllocatorSpec(kind, policy, max_len=m.get_int("max_len", mml, ge=1, le=MAX_SLOTS)))
             continue
         m.expect_keys("kind", "block_size")
         sizes = m.node("block_size")

@@ -219,6 +219,9 @@ def _show(node: YamlNode) -> str:
     return node.describe()
 
 
+MAX_NUMBER = 2**63
+
+
 def _number(node: YamlNode, kind: str, bounds: dict) -> int | float:
     want = _bounds_text(kind, **bounds)
     if not isinstance(node, YamlScalar) or isinstance(node.value, bool) or node.value is None:
@@ -230,6 +233,8 @@ def _number(node: YamlNode, kind: str, bounds: dict) -> int | float:
         value = float(value.replace("_", ""))
     if isinstance(value, float) and not math.isfinite(value):
         raise node.error(f"expected {want}, got {node.text} (not a finite number)")
+    if abs(value) > MAX_NUMBER:
+        raise node.error(f"expected {want}, got {node.text[:40]} (absurdly large; the limit is 2^63)")
     return value
 
 

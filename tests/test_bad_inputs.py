@@ -1,0 +1,236 @@
+"""The bad-input corpus (tests/bad_inputs/cases.yaml) through the CLI: one located line, exit 2.
+
+Each case must end with exit code 2, nothing on stdout, exactly one line on stderr naming the file,
+the field (and line where there is one) and what was wrong, no traceback, and no file left in the
+output folder or the working directory. Cases marked `xfail` are bugs in other modules: they flip
+to strict XPASS failures once fixed, and the mark is then removed from cases.yaml.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+CORPUS = Path(__file__).resolve().parent / "bad_inputs"
+CASES = yaml.safe_load((CORPUS / "cases.yaml").read_text(encoding="utf-8"))["cases"]
+LAUNCHER = (
+    "import sys\n"
+    "from kvplan.cli import app, main\n"
+    "from kvplan.cli_check import check\n"
+    "if not any((c.name or getattr(c.callback, '__name__', '')) == 'check' for c in app.registered_commands):\n"
+    "    app.command(name='check')(check)\n"
+    "main(sys.argv[1:])\n"
+)
+
+
+def ensure_check_command() -> None:
+    """Register `kvplan check` on the app unless kvplan/cli.py already does."""
+    from kvplan.cli import app
+    from kvplan.cli_check import check
+
+    if not any((c.name or getattr(c.callback, "__name__", "")) == "check" for c in app.registered_commands):
+        app.command(name="check")(check)
+
+
+@pytest.fixture
+def places(tmp_path, monkeypatch):
+    """An empty working directory and an empty output folder; the hub is off."""
+    cwd, out = tmp_path / "cwd", tmp_path / "out"
+    cwd.mkdir()
+    out.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("KVPLAN_DEBUG", raising=False)
+    return cwd, out
+
+
+def command_line(case: dict, out: Path) -> list[str]:
+    args = [str(a).replace("{dir}", str(CORPUS)).replace("{out}", str(out)) for a in case["args"]]
+    if args[0] == "simulate" and "--plot" not in args:
+        args += ["--plot", str(out / "chart.png"), "--csv", str(out / "rows.csv")]
+    if args[0] == "check" and "--markdown" not in args:
+        args += ["--markdown", str(out / "summary.md")]
+    return args
+
+
+def run_in_process(args: list[str], capsys) -> tuple[int, str, str]:
+    from kvplan.cli import main
+
+    ensure_check_command()
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_subprocess(args: list[str], cwd: Path, timeout: float) -> tuple[int, str, str]:
+    """`python -m kvplan ARGS` (check through a launcher until cli.py registers it), memory-capped."""
+    head = [sys.executable, "-c", LAUNCHER] if args[0] == "check" else [sys.executable, "-m", "kvplan"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("KVPLAN_DEBUG", None)
+    proc = subprocess.run(head + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=_limit_memory if sys.platform == "linux" else None)  # fmt: skip
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+def assert_one_located_line(case: dict, code: int, out: str, err: str, places) -> None:
+    assert code == 2, f"exit {code}; stderr: {err[-2000:]}"
+    assert "Traceback" not in err
+    assert out == "", f"stdout not empty: {out[:500]}"
+    assert err.endswith("\n") and err.count("\n") == 1, f"not one line: {err!r}"
+    assert err.startswith("kvplan: error: ")
+    wanted = [case["says"]]
+    if case["file"] is not None:
+        wanted.append(case["file"])
+    if case["field"] is not None:
+        wanted.append(f"{case['field']}")
+    if "line" in case:
+        wanted.append(f":{case['line']}: ")
+    missing = [w for w in wanted if w not in err]
+    assert not missing, f"{missing} not in {err!r}"
+    for folder in places:
+        assert list(folder.iterdir()) == [], f"left behind in {folder.name}: {list(folder.iterdir())}"
+
+
+def _params():
+    for case in CASES:
+        marks = [pytest.mark.xfail(strict=True, reason=case["xfail"])] if "xfail" in case else []
+        yield pytest.param(case, id=case["id"], marks=marks)
+
+
+def test_manifest_is_complete():
+    """Every case states file, field and a phrase; ids are unique; the corpus has at least 40 cases."""
+    ids = [c["id"] for c in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 40
+    for case in CASES:
+        assert {"id", "args", "file", "field", "says"} <= set(case), case["id"]
+        assert set(case) <= {"id", "args", "file", "field", "line", "says", "xfail", "timeout", "until"}, case["id"]
+
+
+def test_every_corpus_file_is_used():
+    """A file in the corpus that no case (or another corpus file) names is dead weight."""
+    text = (CORPUS / "cases.yaml").read_text(encoding="utf-8")
+    text += "".join(p.read_text(encoding="utf-8", errors="replace") for p in CORPUS.rglob("*.yaml"))
+    unused = [p.name for p in CORPUS.rglob("*") if p.is_file() and p.name != "cases.yaml" and p.name not in text]
+    assert unused == []
+
+
+@pytest.mark.parametrize("case", list(_params()))
+def test_bad_input(case, places, capsys):
+    """The case exits 2 with one located line and writes nothing (see the module docstring)."""
+    if "until" in case and _exists(case["until"]):
+        pytest.skip(f"{case['until']} exists now: this input is no longer bad")
+    args = command_line(case, places[1])
+    if "timeout" in case:
+        try:
+            code, out, err = run_subprocess(args, places[0], case["timeout"])
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running after {case['timeout']} s")
+    else:
+        code, out, err = run_in_process(args, capsys)
+    assert_one_located_line(case, code, out, err, places)
+
+
+def _exists(dotted: str) -> bool:
+    import importlib
+
+    module, _, attr = dotted.rpartition(".")
+    try:
+        return hasattr(importlib.import_module(module), attr)
+    except ImportError:
+        return False
+
+
+SUBPROCESS_CASES = ["config-malformed", "workload-yaml-bomb", "workload-python-tag", "trace-azure-bad-row",
+                    "model-id-path-traversal", "check-eval-injection", "baseline-malformed"]  # fmt: skip
+
+
+@pytest.mark.parametrize("case_id", SUBPROCESS_CASES)
+def test_real_entry_point(case_id, places):
+    """The same line and exit code through `python -m kvplan`, the installed entry point's code path."""
+    case = next(c for c in CASES if c["id"] == case_id)
+    code, out, err = run_subprocess(command_line(case, places[1]), places[0], timeout=60)
+    assert_one_located_line(case, code, out, err, places)
+
+
+# ---- cases generated at test time (too big, or binary) ------------------------------------------
+
+
+def _huge(path: Path, head: str, filler: str, size: int = 11 << 20) -> Path:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head)
+        f.write(filler * (size // len(filler) + 1))
+    return path
+
+
+GENERATED = {
+    "workload-huge": lambda d: (["simulate", str(_huge(d / "huge.yaml", "experiment: capacity\nprefix:\n", "  # padding\n"))],
+                                "huge.yaml", "larger than the 10 MiB limit"),
+    "check-huge": lambda d: (["check", str(_huge(d / "huge-checks.yaml", "checks:\n", "# padding\n"))],
+                             "huge-checks.yaml", "larger than the 10 MiB limit"),
+    "config-huge-garbage": lambda d: (["size", str(_huge(d / "config.json", "{", "x"))], "config.json", "not valid JSON"),
+    "baseline-huge": lambda d: (["check", str(CORPUS / "checks" / "ok.yaml"), "--baseline",
+                                 str(_huge(d / "baseline.json", "{", " "))], "baseline.json", "10 MiB limit"),
+    "config-not-utf8": lambda d: (["size", str(_write(d / "config.json", b"\xff\xfe{\x00"))], "config.json", "cannot read"),
+    "workload-not-utf8": lambda d: (["simulate", str(_write(d / "w.yaml", b"name: \xff\xfe\n"))], "w.yaml", "not UTF-8"),
+    "check-not-utf8": lambda d: (["check", str(_write(d / "c.yaml", b"checks: \xc3\x28\n"))], "c.yaml", "not UTF-8"),
+    "baseline-deep-nesting": lambda d: (["check", str(CORPUS / "checks" / "ok.yaml"), "--baseline",
+                                         str(_write(d / "b.json", b"[" * 100_000 + b"]" * 100_000))], "b.json", "nested too deeply"),
+    "config-deep-nesting": lambda d: (["size", str(_write(d / "config.json", b"[" * 100_000 + b"]" * 100_000))],
+                                      "config.json", "not valid JSON"),
+}
+GENERATED_BUGS: dict[str, str] = {}
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=[pytest.mark.xfail(strict=True, reason=GENERATED_BUGS[n])] if n in GENERATED_BUGS else [])
+    for n in GENERATED
+])  # fmt: skip
+def test_generated_bad_input(name, tmp_path, places, capsys):
+    """Huge, binary and deeply nested files: refused in one located line, fast, with nothing written."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    args, file, says = GENERATED[name](inputs)
+    case = {"file": file, "field": None, "says": says}
+    start = time.perf_counter()
+    code, out, err = run_in_process(command_line({"args": args}, places[1]), capsys)
+    assert time.perf_counter() - start < 5
+    assert_one_located_line(case, code, out, err, places)
+
+
+def test_python_tags_are_never_run(places, capsys):
+    """A workload, a check file and a config that mention os.system are refused; the command never runs."""
+    for case_id in ("workload-python-tag", "check-python-tag", "config-dtype-python-tag"):
+        case = next(c for c in CASES if c["id"] == case_id)
+        code, _, err = run_in_process(command_line(case, places[1]), capsys)
+        assert code == 2 and ("unsupported YAML tag" in err or "unknown dtype" in err)
+    assert not (places[0] / "PWNED").exists() and not (CORPUS / "PWNED").exists()
+
+
+def test_a_billion_requests_fail_fast(places, capsys):
+    """10^9 requests are refused by the reader before anything is drawn: well under 5 s (a sanity bound)."""
+    case = next(c for c in CASES if c["id"] == "workload-count-billion")
+    start = time.perf_counter()
+    code, _, err = run_in_process(command_line(case, places[1]), capsys)
+    assert code == 2 and "above the limit" in err
+    assert time.perf_counter() - start < 5
