@@ -181,6 +181,11 @@ def gpus(json: JsonOpt = False) -> None:
     console().print(table)
 
 
+from kvplan.cli_check import check  # noqa: E402 - registered beside the commands above
+
+app.command()(check)
+
+
 def _cli_error_types() -> tuple[type[BaseException], ...]:
     """Usage-error classes of the installed typer (its own vendored click in 0.29+, else click)."""
     found = [t for t in (getattr(typer, "TyperException", None),) if t is not None]
