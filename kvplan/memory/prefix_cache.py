@@ -1,77 +1,149 @@
-"""Automatic prefix caching on the paged allocator, as in vLLM v1's block pool (kv_cache_manager.py).
+"""Automatic prefix caching on the paged allocator, after vLLM v1's block pool.
 
 Unrelated requests that start with the same text (a system prompt, an earlier turn of the same
-conversation) can reuse the blocks already computed for it. Only full blocks are cached: a
-partly filled block can still be written, and its content is not final.
+conversation) reuse the blocks already computed for it. Only full blocks are cached: a partly
+filled block can still be written, so its content is not final.
 
-A cached block is named by a key `(parent node, identity)`. `identity` says what the block's
-tokens are (a tuple of token ids, a trace's hash id, anything hashable and comparable); `parent
-node` names the cached block before it, so a key covers the whole prefix, like vLLM's chained
-block hash. The parent is named by a node number that the cache hands out afresh every time it
-caches a block and never reuses, so a key can only match a block whose whole prefix is the
-request's own: a dict lookup compares the keys themselves, never only their hashes, and a hash
-collision (same hash, different tokens) cannot share a block. Node 0 (`ROOT`) is the parent of
-a prompt's first block.
+A cached block is named by a chained key (parent node, identity). The identity says what the
+block's tokens are (a tuple of token ids, a trace's hash id: anything hashable); the parent node
+names the cached block before it, so the key covers the whole prefix, like vLLM's chained block
+hash. Every block entering the cache gets a fresh node number, never reused, so a key can only
+match a block whose whole prefix is the request's own. Keys are compared, never only hashed:
+a hash collision (same hash, different tokens) cannot share a block. Node 0 (ROOT) is the parent
+of a prompt's first block.
 
-A lookup walks the prompt's blocks from the first and stops at the first miss: every hit is
-shared (ref count + 1). When its last owner frees a cached block it stays cached with ref count
-0 in the free list, which doubles as the eviction order (least recently freed first), and a
-request's blocks go back tail first so its shared head outlives its private tail. A hit on a free
-cached block pulls it out of the middle of the free list in O(1); taking a block from the front
-for new data evicts whatever it cached (its key is dropped before the block is handed out).
+A lookup walks the prompt's blocks from the first and stops at the first miss; each hit gains an
+owner (ref count + 1). When its last owner frees a cached block it stays cached with ref count 0
+in the free list, which doubles as the eviction order (least recently freed first); a request's
+blocks go back tail first, so a shared head outlives the private tails behind it. A hit on a free
+cached block pulls it out of the middle of the free list in O(1); a block taken from the front
+for new data is evicted first (its key dropped). vLLM's rule: when the whole prompt is cached,
+its last block is not reused, because one prompt token must be computed to produce the first
+output (max_cache_hit_length = num_tokens - 1); that block, recomputed, is not cached twice.
+Tokens appended later (`append`, `append_tokens`: the output) have no identity, never cached.
 
-With `enable_caching=False` every call behaves exactly as the plain BlockManager (tested on random
-op sequences: same tables, same ref counts, same free-list order).
+Runs (`blocks_per_id` = k > 1): one identity names k consecutive blocks, as when a trace's hash
+block of H tokens covers H / B simulated blocks; block j of the prompt is (ids[j // k], j % k).
+Within a run the next block is implied by the previous one, so only a run's first block goes in
+the key map; the others are found from their predecessor (`run_next`, checked against the
+predecessor's node). Same results as k = 1 with identities (id, j % k) (tested), with a k-th of
+the dict work.
 
-vLLM's rules kept here: when the whole prompt is cached, the last block is not taken from the
-cache, since at least one prompt token must be computed to produce the first output token
-(vLLM: max_cache_hit_length = num_tokens - 1); a block whose key is already cached (that last
-block, recomputed) is not cached a second time. Metrics use vLLM's definitions: queries are the
-prompt tokens looked up, hits the tokens served from the cache, hit rate = hits / queries.
-Tokens that are appended later (`append`, `append_tokens`: decoded output) have no identity and
-are never cached.
+With `enable_caching=False` every call behaves exactly as the plain BlockManager (tested on
+random op sequences: same tables, same ref counts, same free-list order). Metrics use vLLM's
+definitions: queries are prompt tokens looked up, hits the tokens served from the cache.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Hashable, Sequence
+from itertools import repeat
+from typing import Hashable, Iterator, Sequence
 
-from kvplan.memory.paged import BlockManager, FreeBlockQueue, OutOfBlocks
+import numpy as np
+
+from kvplan.memory.paged import BlockManager, OutOfBlocks
 
 ROOT = 0  # the parent node of a prompt's first block; cached blocks get nodes 1, 2, ...
+NO_BLOCK = -1
+VECTOR_RUN = 8  # runs at least this long are matched with array operations, shorter ones by steps
 
 
-class LruFreeQueue(FreeBlockQueue):
-    """The free list with two bulk operations for the hot paths; order semantics unchanged.
+class ArrayFreeQueue:
+    """paged.FreeBlockQueue's free list (same methods, same order), kept in numpy arrays.
 
-    `popleft_n(n)` equals n calls of `popleft`, and `extend(blocks)` equals `append` of each in
-    turn, without a Python call per block.
+    `_queue` holds block ids in order and `_pos[block]` the block's index there (-1: not
+    queued). Removing a block from the middle only clears its `_pos`; the stale entry is skipped
+    when the front reaches it and dropped when the array fills and is compacted. A request's
+    blocks are taken (`popleft_n`) and given back (`extend`) in a few array operations instead
+    of a Python step per block, which lets a trace of millions of blocks replay in seconds. As
+    in vLLM, the queue is also the eviction order of cached blocks.
     """
 
-    def popleft_n(self, n: int) -> list[int]:
+    def __init__(self, num_blocks: int) -> None:
+        self._queue = np.empty(max(2 * num_blocks, 16), dtype=np.int64)
+        self._queue[:num_blocks] = np.arange(num_blocks)
+        self._pos = np.arange(num_blocks, dtype=np.int64)
+        self._head, self._tail, self._len = 0, num_blocks, num_blocks
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __contains__(self, block: int) -> bool:
+        return bool(self._pos[block] >= 0)
+
+    def __iter__(self) -> Iterator[int]:
+        entries = self._queue[self._head : self._tail]
+        live = self._pos[entries] == np.arange(self._head, self._tail)
+        return iter(entries[live].tolist())
+
+    def popleft(self) -> int:
+        if not self._len:
+            raise IndexError("pop from an empty free list")
+        return int(self.popleft_n(1)[0])
+
+    def popleft_n(self, n: int) -> np.ndarray:
+        """The first n blocks, removed: n calls of popleft."""
         if n > self._len:
             raise IndexError(f"pop {n} from a free list of {self._len}")
-        nxt, prev, out = self._next, self._prev, []
-        block = nxt[self._head]
-        for _ in range(n):
-            out.append(block)
-            following = nxt[block]
-            nxt[block] = prev[block] = -1
-            block = following
-        nxt[self._head], prev[block] = block, self._head
+        if n <= 0:
+            return np.empty(0, dtype=np.int64)
+        head, width = self._head, n
+        while True:  # widen the window until it holds n live entries
+            stop = min(head + width, self._tail)
+            entries = self._queue[head:stop]
+            live = np.flatnonzero(self._pos[entries] == np.arange(head, stop))
+            if len(live) >= n:
+                break
+            width += 2 * (n - len(live)) + 16
+        taken = entries[live[:n]]
+        self._pos[taken] = -1
+        self._head = head + int(live[n - 1]) + 1
         self._len -= n
-        return out
+        return taken
 
-    def extend(self, blocks: Sequence[int]) -> None:
-        nxt, prev, last = self._next, self._prev, self._prev[self._tail]
-        for block in blocks:
-            if prev[block] != -1:
-                raise ValueError(f"block {block} is already in the free list")
-            nxt[last], prev[block] = block, last
-            last = block
-        nxt[last], prev[self._tail] = self._tail, last
-        self._len += len(blocks)
+    def append(self, block: int) -> None:
+        self.extend(np.array([block], dtype=np.int64))
+
+    def extend(self, blocks: np.ndarray) -> None:
+        """Append each of `blocks` in turn (distinct blocks, none of them queued)."""
+        m = len(blocks)
+        if not m:
+            return
+        queued = blocks[self._pos[blocks] >= 0]
+        if len(queued):
+            raise ValueError(f"block {int(queued[0])} is already in the free list")
+        self._room(m)
+        where = np.arange(self._tail, self._tail + m)
+        self._queue[where] = blocks
+        self._pos[blocks] = where
+        if (self._pos[blocks] != where).any():
+            raise ValueError(f"extend got a block twice: {blocks.tolist()}")
+        self._tail += m
+        self._len += m
+
+    def remove(self, block: int) -> None:
+        self.remove_many(np.array([block], dtype=np.int64))
+
+    def remove_many(self, blocks: np.ndarray) -> None:
+        """Remove each of `blocks` (distinct, all queued) from wherever it is, O(1) per block."""
+        missing = blocks[self._pos[blocks] < 0]
+        if len(missing):
+            raise ValueError(f"block {int(missing[0])} is not in the free list")
+        self._pos[blocks] = -1
+        self._len -= len(blocks)
+
+    def _room(self, m: int) -> None:
+        """Make room for m more entries at the back, compacting the live ones to the front."""
+        if self._tail + m <= len(self._queue):
+            return
+        live = np.fromiter(self, dtype=np.int64, count=self._len)
+        if self._len + m > len(self._queue):
+            self._queue = np.empty(2 * (self._len + m), dtype=np.int64)
+        self._queue[: self._len] = live
+        self._pos[live] = np.arange(self._len)
+        self._head, self._tail = 0, self._len
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +151,9 @@ class PrefixCacheStats:
     """Prefix-cache counters with vLLM's definitions.
 
     requests: requests looked up. queries: their prompt tokens. hits: prompt tokens served from
-    the cache (= prefill tokens saved). blocks_reused: cache hits on a block no request was
-    using (pulled back out of the free list). blocks_evicted: cached blocks whose key was
-    dropped because the block was taken for new data.
+    the cache (= prefill tokens saved). blocks_reused: hits on a block no request was using
+    (pulled back out of the free list). blocks_evicted: cached blocks dropped from the cache
+    because they were taken for new data.
     """
 
     requests: int = 0
@@ -106,19 +178,33 @@ class PrefixCacheStats:
 class PrefixCachingBlockManager(BlockManager):
     """A BlockManager whose full prompt blocks outlive their request as a shared LRU cache.
 
-    `add_request(rid, num_tokens, block_ids)` takes one identity per full block of the prompt
-    (fewer is fine: the rest of the prompt is unique to the request, as is a prompt without
-    ids). Everything else (append, append_tokens, fork, slot_of, the can_* checks) is the
-    BlockManager's; the free list is an `LruFreeQueue`.
+    `add_request(rid, num_tokens, block_ids)` takes the prompt's identities, one per run of
+    `blocks_per_id` full blocks (fewer is fine: the rest of the prompt is unique to the request,
+    as is a prompt without ids; a None ends the ids). Everything else (append, append_tokens,
+    fork, slot_of, can_append) is the BlockManager's. Per-block state is in numpy arrays indexed
+    by block id, so a request's blocks are taken, cached and freed in a few array operations:
+    `ref_count`; `block_node` (its node while cached, else ROOT); `parent_node`; `run_next` (the
+    block cached after it in its run); `run_head`. `cached_blocks` maps a run head's key to the
+    block and `head_key` the block back to its key.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, *, enable_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, *, enable_caching: bool = True,
+                 blocks_per_id: int = 1) -> None:  # fmt: skip
         super().__init__(num_blocks, block_size)
-        self.free_list = LruFreeQueue(num_blocks)
+        if blocks_per_id < 1:
+            raise ValueError(f"blocks_per_id must be >= 1, got {blocks_per_id}")
+        self.free_list = ArrayFreeQueue(num_blocks)
+        self.ref_count = np.zeros(num_blocks, dtype=np.int64)
         self.enable_caching = enable_caching
-        self.cached_blocks: dict[tuple[int, Hashable], int] = {}  # key -> block
-        self.block_key: list[tuple[int, Hashable] | None] = [None] * num_blocks
-        self.block_node: list[int] = [ROOT] * num_blocks  # node of a cached block
+        self.blocks_per_id = blocks_per_id
+        self.cached_blocks: dict[tuple[int, Hashable], int] = {}  # run head key -> block
+        self.head_key: dict[int, tuple[int, Hashable]] = {}  # block -> key, run heads only
+        self.run_head = np.zeros(num_blocks, dtype=bool)  # the block is in head_key
+        self.block_node = np.full(num_blocks, ROOT, dtype=np.int64)
+        self.parent_node = np.full(num_blocks, ROOT, dtype=np.int64)
+        self.run_next = np.full(num_blocks, NO_BLOCK, dtype=np.int64)
+        # run head -> (the array of blocks it was cached with, its index there)
+        self._run_blocks: dict[int, tuple[np.ndarray, int]] = {}
         self._next_node = ROOT + 1
         self._requests = self._queries = self._hits = self._reused = self._evicted = 0
 
@@ -126,57 +212,89 @@ class PrefixCachingBlockManager(BlockManager):
 
     @property
     def num_cached_blocks(self) -> int:
-        """Blocks that hold a cached prefix block, in use or not."""
-        return len(self.cached_blocks)
+        """Blocks holding a cached prefix block, in use or not."""
+        return int(np.count_nonzero(self.block_node != ROOT))
 
     def is_cached(self, block: int) -> bool:
-        return self.block_key[block] is not None
+        return bool(self.block_node[block] != ROOT)
 
     def stats(self) -> PrefixCacheStats:
         return PrefixCacheStats(self._requests, self._queries, self._hits, self._reused,
                                 self._evicted)  # fmt: skip
 
+    def _full_blocks(self, block_ids: Sequence[Hashable], num_tokens: int) -> int:
+        """How many leading full blocks of the prompt have an identity."""
+        ids = len(block_ids)
+        if None in block_ids:
+            ids = list(block_ids).index(None)
+        return min(ids * self.blocks_per_id, num_tokens // self.block_size)
+
     def match_prefix(self, block_ids: Sequence[Hashable] | None, num_tokens: int) -> list[int]:
-        """The cached blocks a prompt of `num_tokens` tokens would reuse, in order; changes nothing."""
+        """The cached blocks a prompt of `num_tokens` tokens would reuse, in order; changes nothing.
+
+        At most the full blocks of num_tokens - 1 tokens: one prompt token is always computed.
+        """
         if not self.enable_caching or not block_ids:
             return []
-        cached, node_of, node, hits = self.cached_blocks, self.block_node, ROOT, []
-        for identity in block_ids[: max(0, (num_tokens - 1) // self.block_size)]:
-            block = cached.get((node, identity))
-            if block is None:
-                break
-            hits.append(block)
-            node = node_of[block]
+        limit = min(self._full_blocks(block_ids, num_tokens), (num_tokens - 1) // self.block_size)
+        per, hits, node, block = self.blocks_per_id, [], ROOT, NO_BLOCK
+        while len(hits) < limit:
+            j = len(hits)
+            if j % per:  # inside a run: the block cached after the previous one, if still there
+                block = int(self.run_next[block])
+                if not self._is_child(block, node):
+                    break
+                hits.append(block)
+            else:
+                block = self.cached_blocks.get((node, block_ids[j // per]))
+                if block is None:
+                    break
+                hits += self._run_from(block, min(per, limit - j))
+                block = hits[-1]
+            node = int(self.block_node[block])
         return hits
+
+    def _is_child(self, block: int, node: int) -> bool:
+        """Whether `block` is cached now as the child of `node` (run_next pointers may be stale)."""
+        if block == NO_BLOCK:
+            return False
+        return bool(self.parent_node[block] == node and self.block_node[block] != ROOT)
+
+    def _run_from(self, head: int, n: int) -> list[int]:
+        """The cached head of a run and up to n - 1 blocks cached with it that are still cached.
+
+        A long run is checked in one array operation against the blocks cached with its head
+        (their nodes are consecutive); blocks cached later after a partial eviction are then
+        found one by one through run_next.
+        """
+        if self.blocks_per_id < VECTOR_RUN:
+            return [head]
+        cached_with, at = self._run_blocks[head]
+        run = cached_with[at : at + n]
+        node = int(self.block_node[head])
+        same = self.block_node[run] == np.arange(node, node + len(run))
+        k = len(run) if same.all() else int(np.argmin(same))
+        if not k:
+            raise AssertionError(f"the run of head {head} does not start at it")
+        return run[:k].tolist()
 
     def _blocks_short(self, hits: list[int], num_tokens: int) -> int:
         """How many more blocks a prompt needs than the free list can give, after its hits."""
-        ref = self.ref_count
-        revived = sum(1 for b in hits if ref[b] == 0)  # leaves the free list
+        revived = int(np.count_nonzero(self.ref_count[hits] == 0)) if hits else 0
         return self.blocks_for(num_tokens) - len(hits) - (len(self.free_list) - revived)
 
-    def can_add_request(self, num_tokens: int = 0, block_ids: Sequence[Hashable] | None = None) -> bool:
+    def can_add_request(self, num_tokens: int = 0,
+                        block_ids: Sequence[Hashable] | None = None) -> bool:  # fmt: skip
         return self._blocks_short(self.match_prefix(block_ids, num_tokens), num_tokens) <= 0
 
     # -- changes -------------------------------------------------------------------------------
-
-    def _take_block(self) -> int:
-        block = super()._take_block()
-        if self.block_key[block] is not None:
-            self._evict(block)
-        return block
-
-    def _evict(self, block: int) -> None:
-        del self.cached_blocks[self.block_key[block]]
-        self.block_key[block] = None
-        self._evicted += 1
 
     def add_request(self, rid: Hashable, num_tokens: int = 0,
                     block_ids: Sequence[Hashable] | None = None) -> int:  # fmt: skip
         """Start `rid` with a prompt of `num_tokens` tokens; returns how many came from the cache.
 
         Reuses the longest cached prefix of `block_ids`, takes new blocks for the rest (evicting
-        the least recently freed cached blocks), and caches the prompt's new full blocks. All of
+        the least recently freed cached blocks) and caches the prompt's new full blocks. All of
         it or nothing: raises OutOfBlocks before changing anything.
         """
         if not self.enable_caching:
@@ -189,54 +307,94 @@ class PrefixCachingBlockManager(BlockManager):
         hits = self.match_prefix(block_ids, num_tokens)
         if self._blocks_short(hits, num_tokens) > 0:
             raise OutOfBlocks(rid)
-        ref, shared = self.ref_count, 0
-        for block in hits:
-            if ref[block]:
-                shared += 1
-            else:
-                self.free_list.remove(block)
-                self._reused += 1
-            ref[block] += 1
-        table = hits + self._take_blocks(self.blocks_for(num_tokens) - len(hits))
-        self.tables[rid], self.lengths[rid] = table, num_tokens
+        shared = self._share(hits)
+        new = self._take_blocks(self.blocks_for(num_tokens) - len(hits))
+        self.tables[rid], self.lengths[rid] = hits + new.tolist(), num_tokens
         self._stored += num_tokens - shared * self.block_size
         if block_ids:
-            full = min(len(block_ids), num_tokens // self.block_size)
-            self._cache_blocks(table, block_ids, len(hits), full)
-        cached_tokens = len(hits) * self.block_size
+            full = self._full_blocks(block_ids, num_tokens)
+            self._cache_blocks(hits[-1] if hits else NO_BLOCK, new[: full - len(hits)], block_ids,
+                               len(hits))  # fmt: skip
         self._requests += 1
         self._queries += num_tokens
-        self._hits += cached_tokens
-        return cached_tokens
+        self._hits += len(hits) * self.block_size
+        return len(hits) * self.block_size
 
-    def _take_blocks(self, n: int) -> list[int]:
-        """n blocks from the front of the free list, their cache entries evicted."""
+    def _share(self, hits: list[int]) -> int:
+        """Give each hit block one more owner, pulling unowned ones out of the free list; returns
+        how many already had an owner."""
+        if not hits:
+            return 0
+        blocks = np.asarray(hits, dtype=np.int64)
+        unowned = blocks[self.ref_count[blocks] == 0]
+        self.free_list.remove_many(unowned)
+        self.ref_count[blocks] += 1
+        self._reused += len(unowned)
+        return len(blocks) - len(unowned)
+
+    def _take_block(self) -> int:
+        block = super()._take_block()
+        if self.block_node[block] != ROOT:
+            self._evict(np.array([block], dtype=np.int64))
+        return block
+
+    def _take_blocks(self, n: int) -> np.ndarray:
+        """n blocks from the front of the free list, owned once, evicted from the cache."""
         blocks = self.free_list.popleft_n(n)
-        ref, key_of = self.ref_count, self.block_key
-        for block in blocks:
-            if ref[block]:
-                raise AssertionError(f"free block {block} still has {ref[block]} owners")
-            ref[block] = 1
-            if key_of[block] is not None:
-                self._evict(block)
+        if self.ref_count[blocks].any():
+            raise AssertionError(f"a free block still has owners: {blocks.tolist()}")
+        self.ref_count[blocks] = 1
+        cached = blocks[self.block_node[blocks] != ROOT]
+        if len(cached):
+            self._evict(cached)
         return blocks
 
-    def _cache_blocks(self, table: list[int], block_ids, start: int, stop: int) -> None:
-        """Enter table[start:stop] in the cache, chained after table[start - 1]."""
-        cached, key_of, node_of = self.cached_blocks, self.block_key, self.block_node
-        node = node_of[table[start - 1]] if start else ROOT
-        next_node = self._next_node
-        for j in range(start, stop):
-            identity = block_ids[j]
-            if identity is None:
-                break  # a block with unique tokens: nothing after it can match another prompt
-            key = (node, identity)
-            if key in cached:
-                break  # the same prefix is already cached (a recomputed last block)
-            block = table[j]
-            cached[key], key_of[block], node_of[block] = block, key, next_node
-            node, next_node = next_node, next_node + 1
-        self._next_node = next_node
+    def _evict(self, blocks: np.ndarray) -> None:
+        """Drop `blocks` (all cached) from the cache before they get new data."""
+        heads = blocks[self.run_head[blocks]].tolist()
+        deque(map(self.cached_blocks.__delitem__, map(self.head_key.pop, heads)), maxlen=0)
+        if self.blocks_per_id >= VECTOR_RUN:
+            deque(map(self._run_blocks.__delitem__, heads), maxlen=0)
+        self.run_head[heads] = False
+        self.block_node[blocks] = ROOT
+        self._evicted += len(blocks)
+
+    def _cache_blocks(self, before: int, blocks: np.ndarray, block_ids, start: int) -> None:
+        """Cache `blocks`, the prompt's blocks start, start + 1, ..., chained after block `before`
+        (the hit at start - 1, or NO_BLOCK at the start of the prompt).
+
+        Stops at once if the first key is already cached: only the recomputed last block of a
+        fully cached prompt can be, since every later key names a node handed out here.
+        """
+        count, per = len(blocks), self.blocks_per_id
+        if not count:
+            return
+        node = int(self.block_node[before]) if start else ROOT
+        if start % per == 0:
+            if (node, block_ids[start // per]) in self.cached_blocks:
+                return
+        else:
+            if self._is_child(int(self.run_next[before]), node):
+                return
+            self.run_next[before] = blocks[0]
+        first = self._next_node
+        self._next_node = first + count
+        nodes = np.arange(first, first + count)
+        self.block_node[blocks] = nodes
+        self.parent_node[blocks[0]] = node
+        self.parent_node[blocks[1:]] = nodes[:-1]
+        inside = np.arange(start + 1, start + count) % per != 0  # next block in the same run
+        self.run_next[blocks[:-1][inside]] = blocks[1:][inside]
+        heads = np.arange((-start) % per, count, per)
+        if len(heads):
+            head_blocks = blocks[heads]
+            keys = list(zip(self.parent_node[head_blocks].tolist(), block_ids[-(-start // per) :]))
+            self.cached_blocks.update(zip(keys, head_blocks.tolist()))
+            self.head_key.update(zip(head_blocks.tolist(), keys))
+            self.run_head[head_blocks] = True
+            if per >= VECTOR_RUN:  # each run as cached now: blocks[h : h + per], nodes + 0, 1, ..
+                where = zip(repeat(blocks), heads.tolist())
+                self._run_blocks.update(zip(head_blocks.tolist(), where))
 
     def free(self, rid: Hashable) -> None:
         """Finish `rid`; blocks no other table names join the back of the free list, tail first.
@@ -248,46 +406,46 @@ class PrefixCachingBlockManager(BlockManager):
             super().free(rid)
             return
         table, length = self.tables.pop(rid), self.lengths.pop(rid)
-        ref, freed = self.ref_count, []
-        for block in reversed(table):
-            ref[block] -= 1
-            if not ref[block]:
-                freed.append(block)
-        if freed:
-            size = self.block_size
-            tail = length - (len(table) - 1) * size  # tokens in the last block
-            stored_tail = tail if ref[table[-1]] == 0 else 0
-            self._stored -= (len(freed) - (stored_tail > 0)) * size + stored_tail
-            self.free_list.extend(freed)
+        if not table:
+            return
+        blocks = np.asarray(table[::-1], dtype=np.int64)  # tail first
+        self.ref_count[blocks] -= 1
+        freed = blocks[self.ref_count[blocks] == 0]
+        tail_freed = int(self.ref_count[table[-1]] == 0)
+        tail = length - (len(table) - 1) * self.block_size  # tokens in the last block
+        self._stored -= (len(freed) - tail_freed) * self.block_size + tail_freed * tail
+        self.free_list.extend(freed)
 
     # -- checking ------------------------------------------------------------------------------
 
     def check_invariants(self) -> None:
         """The BlockManager's invariants, plus the cache's.
 
-        Every block is exactly one of free-uncached, free-cached (in LRU) or in use; the key map
-        and the per-block keys agree both ways; a cached block in use is full in every table that
-        names it; cached nodes are distinct; with caching off nothing is cached.
+        Every block is exactly one of free-uncached, free-cached (in LRU) or in use; each key
+        maps to a cached run head holding that key, and each keyed block is in the map; cached
+        nodes are distinct; a cached block in use is full in every table naming it; with caching
+        off nothing is cached.
         """
         super().check_invariants()
+        cached = np.flatnonzero(self.block_node != ROOT).tolist()
+        keyed = sorted(self.head_key)
+        if keyed != np.flatnonzero(self.run_head).tolist():
+            raise AssertionError("run_head disagrees with head_key")
         for key, block in self.cached_blocks.items():
-            if self.block_key[block] != key:
+            if self.head_key.get(block) != key or not self.block_node[block]:
                 raise AssertionError(f"key {key!r} maps to block {block}, which holds "
-                                     f"{self.block_key[block]!r}")  # fmt: skip
-        keyed = [b for b in range(self.num_blocks) if self.block_key[b] is not None]
-        if len(keyed) != len(self.cached_blocks):
+                                     f"{self.head_key.get(block)!r}")  # fmt: skip
+        if len(keyed) != len(self.cached_blocks) or not set(keyed) <= set(cached):
             raise AssertionError(f"{len(keyed)} blocks carry a key, {len(self.cached_blocks)} keys")
-        if not self.enable_caching and keyed:
-            raise AssertionError("caching is off but blocks are cached")
-        nodes = [self.block_node[b] for b in keyed]
-        if len(set(nodes)) != len(nodes) or ROOT in nodes:
-            raise AssertionError(f"cached nodes are not distinct: {nodes}")
+        nodes = self.block_node[cached].tolist()
+        if len(set(nodes)) != len(nodes) or (cached and not self.enable_caching):
+            raise AssertionError(f"cached nodes {nodes} repeat, or caching is off")
         free = set(self.free_list)
-        in_use = {b for b in range(self.num_blocks) if self.ref_count[b] > 0}
-        free_cached = free.intersection(keyed)
+        in_use = set(np.flatnonzero(self.ref_count > 0).tolist())
+        free_cached = free.intersection(cached)
         if len(free - free_cached) + len(free_cached) + len(in_use) != self.num_blocks:
             raise AssertionError("blocks are not partitioned into free, free-cached and in use")
         for rid, table in self.tables.items():
             filled = self.lengths[rid] - (len(table) - 1) * self.block_size
-            if table and self.block_key[table[-1]] is not None and filled != self.block_size:
+            if table and self.block_node[table[-1]] and filled != self.block_size:
                 raise AssertionError(f"{rid!r}: cached block {table[-1]} is not full")
