@@ -69,6 +69,7 @@ def simulate(
     csv: Annotated[Optional[Path], typer.Option(help="Write one row per request (serve experiments).")] = None,
     rates: Annotated[Optional[str], typer.Option(help="Request-rate sweep, requests/s (serve experiments): 0.5,1,2,4.")] = None,
     latency_bound: Annotated[float, typer.Option(help="Normalized-latency bound (s/token) for the rate sweep.")] = 0.2,
+    cache_blocks: Annotated[Optional[str], typer.Option(help="Prefix-cache sizes in blocks to sweep (prefix experiments): 1000,5000,20000.")] = None,
 ) -> None:
     """Replay a workload through contiguous and paged allocators and compare them.
 
@@ -85,7 +86,13 @@ def simulate(
             raise UsageError(f"expected a .png or .svg file name, got {plot.name!r}", field="--plot")
     if csv is not None:
         check_writable(csv, "--csv")
+    sweep_blocks = _numbers(cache_blocks, "--cache-blocks")
+    if sweep_blocks and any(b != int(b) or b > 2**40 for b in sweep_blocks):
+        raise UsageError(f"expected whole numbers of blocks, got {cache_blocks!r}", field="--cache-blocks")
     wl = load(workload)
+    if wl.experiment in ("prefix", "sharing"):
+        _simulate_sharing(wl, json, plot, [int(b) for b in sweep_blocks] if sweep_blocks else None)
+        return
     if wl.experiment != "capacity":
         from kvplan.cli_serve import simulate_serve
 
@@ -102,6 +109,26 @@ def simulate(
         emit_json(doc)
     else:
         render_capacity(doc)
+
+
+def _simulate_sharing(wl, as_json: bool, plot: Optional[Path], cache_blocks: Optional[list[int]]) -> None:
+    from kvplan.report.files import atomic_write
+    from kvplan.report.output import emit_json
+    from kvplan.report.prefix_view import plot_prefix, render_prefix, render_sharing
+    from kvplan.sim.sharing_runs import prefix_document, sharing_document
+
+    if wl.experiment == "prefix":
+        doc = prefix_document(wl, cache_blocks)
+        if plot is not None:
+            atomic_write(plot, lambda tmp: plot_prefix(doc, tmp))
+    else:
+        doc = sharing_document(wl)
+    if as_json:
+        emit_json(doc)
+    elif wl.experiment == "prefix":
+        render_prefix(doc)
+    else:
+        render_sharing(doc)
 
 
 def _numbers(text: Optional[str], field: str) -> list[float] | None:

@@ -3,7 +3,7 @@
 ```yaml
 name: lesson                  # default: the file name without .yaml
 seed: 0                       # default 0; one numpy default_rng(seed) per workload
-experiment: capacity          # capacity | serve (default serve)
+experiment: capacity          # capacity | serve | prefix | sharing (default serve)
 model: meta-llama/Meta-Llama-3-8B   # any `kvplan size` model argument (optional with pool.slots)
 kv_dtype: auto                # auto|fp32|bf16|fp16|fp8|int8|int4
 tp: 1
@@ -59,6 +59,7 @@ from kvplan.sim.types import (
 )  # fmt: skip
 from kvplan.sim.yamlio import YamlList, YamlMap, as_int, as_map, load_yaml
 
+EXPERIMENTS = ("capacity", "serve", "prefix", "sharing")
 MAX_REQUESTS = 50_000_000
 MAX_SLOTS = 2**40
 DEFAULT_MAX_MODEL_LEN = 8192
@@ -76,7 +77,7 @@ def load_workload(path: str | Path, *, resolve_model: ResolveModel | None = None
     doc.expect_keys(*TOP_KEYS)
     name = doc.get_str("name", path.stem)
     seed = doc.get_int("seed", 0, ge=0)
-    experiment = doc.get_choice("experiment", ("capacity", "serve"), "serve")
+    experiment = doc.get_choice("experiment", EXPERIMENTS, "serve")
     model = _model(doc, resolve_model)
     layout = model.get("layout")
     bytes_per_slot = layout.bytes_per_token if layout is not None else None
