@@ -19,6 +19,13 @@ try:
 except ImportError:
     raise TorchNotInstalled("torch is not installed; pip install 'kvplan[torch]'") from None
 
-from kvplan.backends.torch.validate import GroupCheck, ValidationResult, run_validation  # noqa: E402
-
 __all__ = ["GroupCheck", "TorchNotInstalled", "ValidationResult", "run_validation"]
+
+
+def __getattr__(name: str):
+    """run_validation and its records, imported on first use."""
+    if name in ("GroupCheck", "ValidationResult", "run_validation"):
+        from kvplan.backends.torch import validate
+
+        return getattr(validate, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -91,7 +91,3 @@ def codec_for(name: str, device: torch.device | str = "cpu") -> Codec:
         return Codec("int4", torch.uint8, quantized_compute, pack=2, scale=INT4_SCALE)
     raise UsageError(f"no torch storage for KV dtype {name!r}", field="kv-dtype")
 
-
-def torch_dtype(name: str) -> torch.dtype:
-    """Plain torch dtype of a kvplan float dtype name (for recurrent state)."""
-    return codec_for(name).storage
