@@ -77,7 +77,7 @@ def render_models(rows: list[dict]) -> None:
     table = Table(title="Bundled model catalog", title_justify="left")
     for col, justify in (("model", "left"), ("type", "left"), ("layers", "right"), ("KV/token", "right"),
                          ("context", "right"), ("dtype", "left")):
-        table.add_column(col, justify=justify)
+        table.add_column(col, justify=justify, no_wrap=col == "model")
     for row in rows:
         table.add_row(row["model"], row["model_type"], str(row["num_layers"]),
                       format_bytes(row["bytes_per_token"]), f"{row['max_context']:,}", row["dtype"])
