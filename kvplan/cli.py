@@ -90,6 +90,13 @@ def simulate(
     if sweep_blocks and any(b != int(b) or b > 2**40 for b in sweep_blocks):
         raise UsageError(f"expected whole numbers of blocks, got {cache_blocks!r}", field="--cache-blocks")
     wl = load(workload)
+    for option, value, allowed in (("--csv", csv, ("serve",)), ("--rates", rates, ("serve",)),
+                                   ("--cache-blocks", cache_blocks, ("prefix",)),
+                                   ("--block-sizes", block_sizes, ("capacity", "serve")),
+                                   ("--plot", plot, ("capacity", "serve", "prefix"))):
+        if value is not None and wl.experiment not in allowed:
+            raise UsageError(f"applies to {' and '.join(allowed)} experiments, and {workload} is a "
+                             f"{wl.experiment} experiment", field=option)
     if wl.experiment in ("prefix", "sharing"):
         _simulate_sharing(wl, json, plot, [int(b) for b in sweep_blocks] if sweep_blocks else None)
         return

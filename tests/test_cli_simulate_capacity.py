@@ -71,3 +71,11 @@ def test_plot_into_directory_is_refused(run_cli, tmp_path):
     """A directory where a file is expected is refused before any work."""
     code, _, err = run_cli("simulate", LESSON, "--plot", str(tmp_path))
     assert code == 2 and "directory" in err
+
+
+def test_options_of_other_experiments_are_refused(run_cli, tmp_path):
+    """--csv, --rates and --cache-blocks on a capacity workload are errors, not silently ignored."""
+    for args in (["--csv", str(tmp_path / "r.csv")], ["--rates", "1,2"], ["--cache-blocks", "100"]):
+        code, out, err = run_cli("simulate", LESSON, *args)
+        assert code == 2 and args[0] in err and "capacity experiment" in err
+    assert list(tmp_path.iterdir()) == []
