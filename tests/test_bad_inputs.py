@@ -53,10 +53,21 @@ def places(tmp_path, monkeypatch):
 def command_line(case: dict, out: Path) -> list[str]:
     args = [str(a).replace("{dir}", str(CORPUS)).replace("{out}", str(out)) for a in case["args"]]
     if args[0] == "simulate" and "--plot" not in args:
-        args += ["--plot", str(out / "chart.png"), "--csv", str(out / "rows.csv")]
+        args += ["--plot", str(out / "chart.png")]
+        if _experiment(args[1]) == "serve":  # --csv applies to serve workloads only
+            args += ["--csv", str(out / "rows.csv")]
     if args[0] == "check" and "--markdown" not in args:
         args += ["--markdown", str(out / "summary.md")]
     return args
+
+
+def _experiment(path: str) -> str | None:
+    """The experiment a workload file names (serve by default), or None when it cannot be read."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except Exception:  # the corpus is full of unreadable files; they fail before options matter
+        return None
+    return doc.get("experiment", "serve") if isinstance(doc, dict) else None
 
 
 def run_in_process(args: list[str], capsys) -> tuple[int, str, str]:
