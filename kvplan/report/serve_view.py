@@ -40,8 +40,10 @@ def render_serve(doc: dict) -> None:
     out.print(mem)
     if doc.get("rate_sweep"):
         out.print(_sweep_table(doc["rate_sweep"], unit))
-    if any(r.get("clipped") for r in doc["results"]):
-        out.print(f"[dim]note: {doc['results'][0]['clipped']:,} requests were clipped to max_model_len.[/dim]")
+    clipped = doc["results"][0].get("clipped", 0) if doc["results"] else 0
+    if clipped:
+        noun = "request was" if clipped == 1 else "requests were"
+        out.print(f"[dim]note: {clipped:,} {noun} clipped to max_model_len.[/dim]")
 
 
 def _sweep_table(sweeps: list[dict], unit: str):
