@@ -214,7 +214,7 @@ def _size_options(spec: YamlMap, base: Path) -> dict:
             "kv_dtype": spec.get_choice("kv_dtype", KV_DTYPE_CHOICES, "auto"),
             "tp": spec.get_int("tp", 1, ge=1, le=4096), "batch": spec.get_int("batch", 1, ge=1, le=2**31),
             "gpu": spec.get_str("gpu", None),
-            "gpu_memory_utilization": spec.get_float("gpu_memory_utilization", 0.92, gt=0, le=1),
+            "gpu_memory_utilization": spec.get_float("gpu_memory_utilization", None, gt=0, le=1),
             "kv_memory": spec.get_size("kv_memory", None, gt=0),
             "block_size": spec.get_int("block_size", 16, ge=1, le=2**20)}  # fmt: skip
     if opts["gpu"] is None and opts["kv_memory"] is None and "gpu_memory_utilization" in spec:
@@ -434,29 +434,10 @@ def _size_doc(opts: dict) -> dict:
 
 
 def _simulate_doc(path: Path, opts: dict) -> dict:
-    """What `kvplan simulate PATH --json` prints: capacity_document, or the engine's serve_document
-    (refused as bad input where kvplan.sim.engine does not offer it)."""
-    from kvplan.sim.load import load
+    """What `kvplan simulate PATH --json` prints (`--block-sizes` as `block_sizes`)."""
+    from kvplan.sim.load import document, load
 
-    workload = load(path)
-    if workload.experiment == "capacity":
-        from kvplan.sim.static import capacity_document
-
-        return capacity_document(workload, opts.get("block_sizes"))
-    try:
-        from kvplan.sim.engine import serve_document
-    except ImportError:
-        raise WorkloadError("serve workloads are not supported by check yet (only experiment: capacity)",
-                            file=path, field="experiment") from None  # fmt: skip
-    if opts.get("block_sizes"):  # as `kvplan simulate --block-sizes`: contiguous ones kept, paged swept
-        from dataclasses import replace
-
-        from kvplan.sim.types import AllocatorSpec
-
-        kept = [s for s in workload.allocators if s.kind == "contiguous"]
-        swept = [AllocatorSpec("paged", block_size=b) for b in opts["block_sizes"]]
-        workload = replace(workload, allocators=tuple(kept + swept))
-    return serve_document(workload)
+    return document(load(path), block_sizes=opts.get("block_sizes"))
 
 
 def _select(check: Check, doc: dict) -> dict:

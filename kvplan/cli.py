@@ -37,7 +37,7 @@ def size(
     tp: TpOpt = 1,
     batch: Annotated[int, typer.Option(help="Concurrent requests to check.")] = 1,
     gpu: Annotated[Optional[str], typer.Option(help="GPU from the catalog (see `kvplan gpus`).")] = None,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="Share of GPU memory for weights + KV (vLLM's default).")] = 0.92,
+    gpu_memory_utilization: Annotated[Optional[float], typer.Option(help="Share of GPU memory for weights + KV, with --gpu (default 0.92, vLLM's).")] = None,
     kv_memory: Annotated[Optional[str], typer.Option(help="KV memory per GPU, e.g. 40GiB (instead of --gpu).")] = None,
     block_size: Annotated[int, typer.Option(help="Paged KV block size in tokens.")] = 16,
     json: JsonOpt = False,
@@ -75,20 +75,9 @@ def simulate(
 
     Example: kvplan simulate workloads/lesson.yaml --block-sizes 1-64 --plot sweep.png
     """
-    from kvplan.report.files import atomic_write, check_writable
-    from kvplan.report.output import emit_json
     from kvplan.sim.load import load
 
-    sizes = _block_sizes(block_sizes)
-    if plot is not None:
-        check_writable(plot, "--plot")
-        if plot.suffix.lower() not in (".png", ".svg"):
-            raise UsageError(f"expected a .png or .svg file name, got {plot.name!r}", field="--plot")
-    if csv is not None:
-        check_writable(csv, "--csv")
-    sweep_blocks = _numbers(cache_blocks, "--cache-blocks")
-    if sweep_blocks and any(b != int(b) or b > 2**40 for b in sweep_blocks):
-        raise UsageError(f"expected whole numbers of blocks, got {cache_blocks!r}", field="--cache-blocks")
+    options = _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks)
     wl = load(workload)
     for option, value, allowed in (("--csv", csv, ("serve",)), ("--rates", rates, ("serve",)),
                                    ("--cache-blocks", cache_blocks, ("prefix",)),
@@ -97,45 +86,55 @@ def simulate(
         if value is not None and wl.experiment not in allowed:
             raise UsageError(f"applies to {' and '.join(allowed)} experiments, and {workload} is a "
                              f"{wl.experiment} experiment", field=option)
-    if wl.experiment in ("prefix", "sharing"):
-        _simulate_sharing(wl, json, plot, [int(b) for b in sweep_blocks] if sweep_blocks else None)
-        return
-    if wl.experiment != "capacity":
+    if wl.experiment == "serve":
         from kvplan.cli_serve import simulate_serve
 
-        simulate_serve(wl, json=json, plot=plot, csv=csv, rates=_numbers(rates, "--rates"),
-                       latency_bound=latency_bound, block_sizes=sizes)
-        return
-    from kvplan.report.capacity_view import plot_capacity, render_capacity
-    from kvplan.sim.static import capacity_document
-
-    doc = capacity_document(wl, sizes)
-    if plot is not None:
-        atomic_write(plot, lambda tmp: plot_capacity(doc, tmp))
-    if json:
-        emit_json(doc)
+        simulate_serve(wl, json=json, plot=plot, csv=csv, rates=options["rates"],
+                       latency_bound=latency_bound, block_sizes=options["block_sizes"])
     else:
-        render_capacity(doc)
+        _simulate_document(wl, json, plot, options)
 
 
-def _simulate_sharing(wl, as_json: bool, plot: Optional[Path], cache_blocks: Optional[list[int]]) -> None:
+def _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks) -> dict:
+    """Check every option before any work, so a bad one costs nothing and writes nothing."""
+    import math
+
+    from kvplan.report.files import check_writable
+
+    if plot is not None:
+        check_writable(plot, "--plot")
+        if plot.suffix.lower() not in (".png", ".svg"):
+            raise UsageError(f"expected a .png or .svg file name, got {plot.name!r}", field="--plot")
+    if csv is not None:
+        check_writable(csv, "--csv")
+    if not (math.isfinite(latency_bound) and latency_bound > 0):
+        raise UsageError(f"expected a positive number, got {latency_bound}", field="--latency-bound")
+    blocks = _numbers(cache_blocks, "--cache-blocks")
+    if blocks and any(b != int(b) or b > 2**40 for b in blocks):
+        raise UsageError(f"expected whole numbers of blocks, got {cache_blocks!r}", field="--cache-blocks")
+    return {"block_sizes": _block_sizes(block_sizes), "rates": _numbers(rates, "--rates"),
+            "cache_blocks": [int(b) for b in blocks] if blocks else None}
+
+
+def _simulate_document(wl, as_json: bool, plot: Optional[Path], options: dict) -> None:
+    """Capacity, prefix and sharing experiments: one document, then a table or JSON, and a chart."""
     from kvplan.report.files import atomic_write
     from kvplan.report.output import emit_json
-    from kvplan.report.prefix_view import plot_prefix, render_prefix, render_sharing
-    from kvplan.sim.sharing_runs import prefix_document, sharing_document
+    from kvplan.sim.load import document
 
-    if wl.experiment == "prefix":
-        doc = prefix_document(wl, cache_blocks)
-        if plot is not None:
-            atomic_write(plot, lambda tmp: plot_prefix(doc, tmp))
+    doc = document(wl, block_sizes=options["block_sizes"], cache_blocks=options["cache_blocks"])
+    if wl.experiment == "capacity":
+        from kvplan.report.capacity_view import plot_capacity as draw, render_capacity as render
+    elif wl.experiment == "prefix":
+        from kvplan.report.prefix_view import plot_prefix as draw, render_prefix as render
     else:
-        doc = sharing_document(wl)
+        from kvplan.report.prefix_view import render_sharing as render
+    if plot is not None:
+        atomic_write(plot, lambda tmp: draw(doc, tmp), field="--plot")
     if as_json:
         emit_json(doc)
-    elif wl.experiment == "prefix":
-        render_prefix(doc)
     else:
-        render_sharing(doc)
+        render(doc)
 
 
 def _numbers(text: Optional[str], field: str) -> list[float] | None:
@@ -294,4 +293,4 @@ def _fail(message: str) -> None:
     raise SystemExit(2)
 
 
-__all__ = ["app", "main", "Path"]
+__all__ = ["app", "main"]

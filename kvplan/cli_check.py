@@ -43,12 +43,12 @@ def check(
         from kvplan.report.output import dumps
 
         text = dumps(report.baseline_document())
-        atomic_write(baseline, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        atomic_write(baseline, lambda tmp: tmp.write_text(text, encoding="utf-8"), field="--baseline")
     if markdown is not None:
         from kvplan.report.check_view import render_markdown
 
         text = render_markdown(report, wrote_baseline=wrote)
-        atomic_write(markdown, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        atomic_write(markdown, lambda tmp: tmp.write_text(text, encoding="utf-8"), field="--markdown")
     _show(report, json, wrote)
     if not report.passed:
         raise SystemExit(1)

@@ -3,38 +3,45 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
+from kvplan.errors import KvplanError
 from kvplan.report.files import atomic_write
 from kvplan.report.output import emit_json
 from kvplan.report.serve_view import plot_serve, render_serve, write_requests_csv
-from kvplan.sim.types import AllocatorSpec, Workload
+from kvplan.sim.load import with_block_sizes
+from kvplan.sim.types import Workload
 
 
 def simulate_serve(wl: Workload, *, json: bool, plot: Path | None, csv: Path | None,
                    rates: list[float] | None, latency_bound: float, block_sizes: list[int] | None) -> None:
+    wl = with_block_sizes(wl, block_sizes)
+    try:
+        results, doc = _run(wl, csv is not None, rates, latency_bound, show_progress=not json)
+    except KvplanError as exc:  # settings that can never serve a request: say which file
+        raise exc.located(file=wl.path) from None
+    if csv is not None:
+        atomic_write(csv, lambda tmp: write_requests_csv(results, tmp), field="--csv")
+    if plot is not None:
+        atomic_write(plot, lambda tmp: plot_serve(results, tmp), field="--plot")
+    if json:
+        emit_json(doc)
+    else:
+        render_serve(doc)
+
+
+def _run(wl: Workload, record: bool, rates, latency_bound: float, show_progress: bool):
     from kvplan.sim.engine import simulate
 
-    if block_sizes:
-        specs = [s for s in wl.allocators if s.kind == "contiguous"]
-        wl = replace(wl, allocators=tuple(specs + [AllocatorSpec("paged", block_size=b) for b in block_sizes]))
-    with _Progress(wl.num_requests, len(wl.allocators), enabled=not json) as bar:
-        results = [simulate(wl, spec, progress=bar.callback(i), record_requests=csv is not None)
+    with _Progress(wl.num_requests, len(wl.allocators), enabled=show_progress) as bar:
+        results = [simulate(wl, spec, progress=bar.callback(i), record_requests=record)
                    for i, spec in enumerate(wl.allocators)]
         doc = {"workload": wl.name, "experiment": "serve", "pool_slots": wl.pool.slots,
                "num_requests": wl.num_requests, "time_unit": results[0].time_unit if results else None,
                "results": [r.to_dict() for r in results]}
         if rates:
             doc["rate_sweep"] = _sweep(wl, rates, latency_bound)
-    if csv is not None:
-        atomic_write(csv, lambda tmp: write_requests_csv(results, tmp))
-    if plot is not None:
-        atomic_write(plot, lambda tmp: plot_serve(results, tmp))
-    if json:
-        emit_json(doc)
-    else:
-        render_serve(doc)
+    return results, doc
 
 
 def _sweep(wl: Workload, rates: list[float], latency_bound: float) -> list[dict]:

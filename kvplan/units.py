@@ -28,8 +28,10 @@ def parse_size(text: str | int | float, *, field: str = "size") -> int:
             raise UsageError(f"expected a size such as 40GiB or 12GB, got {text!r}", field=field)
         value, unit = float(match.group(1)), match.group(2).lower()
     result = value * _UNITS[unit]
-    if not math.isfinite(result) or result <= 0:
-        raise UsageError(f"expected a positive size, got {text!r}", field=field)
+    if not math.isfinite(result):
+        raise UsageError(f"expected a finite size, got {text!r}", field=field)
+    if result < 1:
+        raise UsageError(f"expected a size of at least 1 byte, got {text!r}", field=field)
     if result > 2**60:
         raise UsageError(f"size {text!r} is absurdly large (limit 1 EiB)", field=field)
     return int(result)

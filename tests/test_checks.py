@@ -240,15 +240,15 @@ def test_serve_workloads_use_the_engine_once_it_exists(tmp_path, monkeypatch):
     assert run_checks(load_checks(write_checks(tmp_path, body))).passed
 
 
-def test_serve_workloads_are_refused_until_then(tmp_path, monkeypatch):
-    """Without the engine a serve workload is bad input for check, in one clear sentence."""
-    monkeypatch.setitem(sys.modules, "kvplan.sim.engine", None)  # import fails
-    wl = tmp_path / "serve.yaml"
-    wl.write_text("experiment: serve\npool: {slots: 1000}\n"
-                  "requests: {count: 4, prompt: {dist: fixed, value: 8}, output: {dist: fixed, value: 2}}\n")
-    body = "checks:\n  - name: latency\n    simulate: {workload: serve.yaml}\n    expect: [ttft_s.p99 <= 2.0]\n"
-    with pytest.raises(KvplanError, match="serve workloads are not supported by check yet"):
-        run_checks(load_checks(write_checks(tmp_path, body)))
+def test_prefix_workloads_are_checked_as_prefix(tmp_path):
+    """A check on a prefix workload sees the prefix experiment's document (hit rate), not a serve run."""
+    wl = tmp_path / "prefix.yaml"
+    wl.write_text("experiment: prefix\npool: {slots: 4096}\nallocators: [{kind: paged, block_size: 16}]\n"
+                  "requests: {count: 20, prompt: {dist: fixed, value: 8}, output: {dist: fixed, value: 2}}\n"
+                  "prefix: {system_prompts: 1, system_prompt_len: 64, hash_block_size: 16}\n")
+    body = ("checks:\n  - name: hits\n    simulate: {workload: prefix.yaml}\n"
+            "    expect:\n      - experiment == prefix\n      - results[0].hits == 1216\n")  # 19 later requests x 64
+    assert run_checks(load_checks(write_checks(tmp_path, body))).passed
 
 
 # ---- safety --------------------------------------------------------------------------------------

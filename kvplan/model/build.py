@@ -43,7 +43,10 @@ def _group(layer: LayerSpec, n: int, tp: int, bits: int, state_bits: int) -> Lay
     if layer.kind == "mla":  # the latent is shared by all heads, so every rank keeps all of it
         return LayerGroup("mla", n, latent_dim=layer.latent_dim, dtype_bits=bits)
     if layer.kind == "state":
-        shards = tp if layer.state_heads % tp == 0 else 1
+        if layer.state_heads % tp:
+            raise UsageError(f"{layer.state_heads} recurrent-state heads cannot be split evenly over {tp} GPUs",
+                             field="tp")
+        shards = tp
         return LayerGroup(
             "state", n, state_elems=layer.state_elems // shards, dtype_bits=bits, state_dtype_bits=state_bits
         )

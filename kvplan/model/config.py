@@ -95,7 +95,7 @@ class ConfigReader:
             return int(value)
         if default is not None:
             return default
-        raise self._fail(keys[0], "missing; this field is needed to size the KV cache")
+        raise self._fail(keys[0], "missing; kvplan needs this field to size the model")
 
     def number(self, key: str, default: float | None = None) -> float:
         """A finite positive number (int or float)."""
@@ -298,16 +298,21 @@ def _layer_types(cfg: ConfigReader, model_type: str, num_layers: int) -> list[st
         if not isinstance(no_rope, list) or len(no_rope) != num_layers:
             raise ConfigError(f"expected a list of {num_layers} flags", file=cfg.source, field="no_rope_layers")
         return ["chunked_attention" if use_rope else "full_attention" for use_rope in no_rope]
-    if cfg.has("sliding_window") and cfg.bool("use_sliding_window", default=True):
+    if cfg.has("sliding_window") and cfg.bool("use_sliding_window", default=_window_on_by_default(model_type)):
         first = cfg.int("max_window_layers", default=0, positive=False) if model_type.startswith("qwen") else 0
         return ["full_attention" if i < first else "sliding_attention" for i in range(num_layers)]
     return ["full_attention"] * num_layers
 
 
+def _window_on_by_default(model_type: str) -> bool:
+    """transformers' Qwen2/Qwen3 configs default use_sliding_window to false; other families have no switch."""
+    return not model_type.startswith("qwen")
+
+
 def _windows(cfg: ConfigReader, model_type: str, context: int) -> dict[str, int | None]:
     """Window per layer type; a window that is off or at least the context is no window."""
     sliding = None
-    if cfg.has("sliding_window") and cfg.bool("use_sliding_window", default=True):
+    if cfg.has("sliding_window") and cfg.bool("use_sliding_window", default=_window_on_by_default(model_type)):
         sliding = cfg.int("sliding_window")
     chunk = cfg.opt_int("attention_chunk_size")
     out: dict[str, int | None] = {}

@@ -66,8 +66,8 @@ def size_model(
     kv_memory: int | None = None,
 ) -> SizeReport:
     for name, value in (("tokens", tokens), ("batch", batch), ("block-size", block_size)):
-        if value < 1:
-            raise UsageError(f"expected a positive integer, got {value}", field=name)
+        if not 1 <= value <= 2**40:
+            raise UsageError(f"expected an integer from 1 to 2^40, got {value}", field=name)
     if not 0 < gpu_memory_utilization <= 1:
         raise UsageError(f"expected a fraction in (0, 1], got {gpu_memory_utilization}", field="gpu-memory-utilization")
     per_gpu_weights = -(-weight_bytes // layout.tp)
@@ -81,9 +81,9 @@ def size_model(
         return SizeReport(**base)
     if kv_memory is not None:
         pool = kv_memory
-    else:
-        pool = int(gpu.memory_bytes * gpu_memory_utilization) - per_gpu_weights
-    fit = pool_fit(layout, max(pool, 0), tokens, block_size)
+    else:  # weights larger than the GPU's share leave no pool at all (never a negative one)
+        pool = max(int(gpu.memory_bytes * gpu_memory_utilization) - per_gpu_weights, 0)
+    fit = pool_fit(layout, pool, tokens, block_size)
     return SizeReport(
         **base,
         gpu=gpu.name if gpu else None,

@@ -32,13 +32,18 @@ def size(
     tp: int = 1,
     batch: int = 1,
     gpu: str | None = None,
-    gpu_memory_utilization: float = 0.92,
+    gpu_memory_utilization: float | None = None,
     kv_memory: str | int | None = None,
     block_size: int = 16,
 ) -> SizeRun:
     """Everything `kvplan size` prints, as data; bad options raise KvplanError naming the option."""
     if kv_dtype not in KV_DTYPE_CHOICES:
         raise UsageError(f"expected one of {', '.join(KV_DTYPE_CHOICES)}, got {kv_dtype!r}", field="--kv-dtype")
+    if gpu_memory_utilization is not None and gpu is None:
+        raise UsageError("applies only with --gpu (the pool is then that share of its memory, less the weights)",
+                         field="--gpu-memory-utilization")
+    if gpu is not None and kv_memory is not None:
+        raise UsageError("give --gpu (with --gpu-memory-utilization) or --kv-memory, not both", field="--kv-memory")
     gpu_spec = None
     if gpu is not None:
         from kvplan.model.gpus import get_gpu
@@ -47,6 +52,7 @@ def size(
     kv_bytes = parse_size(kv_memory, field="--kv-memory") if kv_memory is not None else None
     spec = load_spec(model)
     layout = build_layout(spec, kv_dtype, tp)
+    notes = [spec.dtype_note] if spec.dtype_note else []
     weights = estimate_weights(spec)
     report = size_model(
         layout,
@@ -56,10 +62,9 @@ def size(
         weight_bytes=weights.bytes,
         params=weights.params,
         gpu=gpu_spec,
-        gpu_memory_utilization=gpu_memory_utilization,
+        gpu_memory_utilization=0.92 if gpu_memory_utilization is None else gpu_memory_utilization,
         kv_memory=kv_bytes,
     )
-    notes = [spec.dtype_note] if spec.dtype_note else []
     if report.tokens > spec.max_context:
         notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")
     return SizeRun(report, layout, tuple(notes))

@@ -59,7 +59,7 @@ def _add_fit_rows(table, r: SizeReport) -> None:
 
 def _print_fit_lines(out, r: SizeReport) -> None:
     if r.kv_pool_bytes <= 0:
-        out.print(f"[bold red]Nothing fits:[/] the weights need {_b(r.weight_bytes)}, more than the GPU gives.")
+        out.print(f"[bold red]Nothing fits:[/] the weights need {_b(r.weight_bytes)}, all the GPU gives or more.")
         return
     out.print(f"vLLM would log: GPU KV cache size: {r.vllm_kv_cache_tokens:,} tokens")
     out.print(f"vLLM would log: Maximum concurrency for {r.tokens:,} tokens per request: {r.vllm_concurrency:.2f}x")

@@ -7,8 +7,6 @@ workload's own request stream and pool, through the closed forms of `kvplan.memo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
-
 import numpy as np
 
 from kvplan.memory.capacity import CapacityResult, contiguous_capacity, paged_capacity_sweep
@@ -42,8 +40,7 @@ class CapacityRun:
                 "free": b.free / pool_slots,
             },
         }
-        if baseline_admitted:
-            out["admitted_vs_first_contiguous"] = r.admitted / baseline_admitted
+        out["admitted_vs_first_contiguous"] = r.admitted / baseline_admitted if baseline_admitted else None
         return out
 
 
@@ -53,14 +50,11 @@ def final_lengths(workload: Workload) -> np.ndarray:
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
 
-def run_capacity(workload: Workload, block_sizes: Iterable[int] | None = None) -> list[CapacityRun]:
-    """Each allocator of the workload (and, with `block_sizes`, a paged sweep) on the same stream."""
+def run_capacity(workload: Workload) -> list[CapacityRun]:
+    """Each allocator of the workload on the same stream of final lengths."""
     lengths = final_lengths(workload)
     slots = workload.pool.slots
     specs = list(workload.allocators)
-    if block_sizes:
-        specs = [s for s in specs if s.kind == "contiguous"]
-        specs += [AllocatorSpec("paged", block_size=b) for b in block_sizes]
     paged_sizes = [s.block_size for s in specs if s.kind == "paged"]
     paged = dict(zip(paged_sizes, paged_capacity_sweep(lengths, slots, paged_sizes)))
     runs = []
@@ -74,9 +68,9 @@ def run_capacity(workload: Workload, block_sizes: Iterable[int] | None = None) -
     return runs
 
 
-def capacity_document(workload: Workload, block_sizes: Iterable[int] | None = None) -> dict:
+def capacity_document(workload: Workload) -> dict:
     """The JSON document of `kvplan simulate` for a capacity experiment (stable keys)."""
-    runs = run_capacity(workload, block_sizes)
+    runs = run_capacity(workload)
     first = next((r.result.admitted for r in runs if r.spec.kind == "contiguous"), None)
     slots = workload.pool.slots
     return {"workload": workload.name, "experiment": "capacity", "pool_slots": slots,
