@@ -9,7 +9,7 @@ replay (parsing excluded, shown apart), requests per second and the hit rate.
 `--sweep` also prints the hit rate against cache size, in blocks of 512 tokens and of 16 tokens
 (the same token capacities), and saves a chart to /tmp/mooncake_hit_rate.png.
 
-Run: /tmp/venv/bin/python bench/prefix.py [--sweep]
+Run: python bench/prefix.py [--sweep]
 """
 
 from __future__ import annotations

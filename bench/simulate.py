@@ -10,7 +10,7 @@ the server saturates, plus an extra run where the KV pool, not max_num_seqs, is 
 Prints requests simulated per second of wall time and of CPU time (steadier on a shared machine;
 JIT compilation excluded, it is cached on disk after the first run) and peak RSS.
 
-Run: /tmp/venv/bin/python bench/simulate.py [pace|compressed|saturated]
+Run: python bench/simulate.py [pace|compressed|saturated]
 """
 
 from __future__ import annotations

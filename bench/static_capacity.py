@@ -6,7 +6,7 @@ paged B = 1, 2, 4, 8, 16, 32, 64, and prints the median wall time of a few runs 
 The pool holds 2**29 slots, about half of the stream's tokens, so every allocator stops partway
 (a memory effect, not a throughput benchmark).
 
-Run: /tmp/venv/bin/python bench/static_capacity.py
+Run: python bench/static_capacity.py
 """
 
 from __future__ import annotations

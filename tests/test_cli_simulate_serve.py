@@ -81,3 +81,18 @@ def test_bad_rates(run_cli, serve_file):
     for bad in ("0", "-1", "fast", "nan"):
         code, out, err = run_cli("simulate", str(serve_file), "--rates", bad)
         assert code == 2 and "--rates" in err and out == ""
+
+
+def test_run_errors_name_the_workload_file(run_cli, tmp_path):
+    """A pool too small for one max_model_len request is refused in one line naming the file."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text("experiment: serve\npool: {slots: 100}\n"
+                    "requests: {count: 5, prompt: {dist: fixed, value: 10}, output: {dist: fixed, value: 5}}\n")
+    code, out, err = run_cli("simulate", str(path))
+    assert code == 2 and out == "" and str(path) in err and "pool" in err
+
+
+def test_unwritable_output_is_one_line(run_cli, serve_file):
+    """An output path under a regular file cannot be written: one line, exit 2."""
+    code, _, err = run_cli("simulate", str(serve_file), "--csv", "/dev/null/rows.csv")
+    assert code == 2 and "--csv" in err and err.count("\n") == 1

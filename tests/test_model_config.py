@@ -219,3 +219,17 @@ def test_never_imports_auto_map(tmp_path: Path):
 
     build_layout(read_model(load_config(path), "x", str(path)))
     assert "evil_module" not in sys.modules
+
+
+def test_qwen_window_off_unless_switched_on():
+    """transformers' Qwen configs default use_sliding_window to false: a bare sliding_window is no window."""
+    raw = {**LLAMA3_8B, "model_type": "qwen2", "sliding_window": 4096, "max_position_embeddings": 32768}
+    assert {g.kind for g in layout_of(raw).groups} == {"full"}
+    assert {g.kind for g in layout_of({**raw, "use_sliding_window": True}).groups} == {"sliding"}
+
+
+def test_state_heads_must_split_evenly():
+    """Nemotron-H's 256 Mamba heads split over 8 GPUs but not over 3 (vLLM refuses too)."""
+    assert real_layout("nvidia--Nemotron-H-56B-Base-8K", tp=8).state_bytes > 0
+    with pytest.raises(UsageError):
+        real_layout("nvidia--Nemotron-H-56B-Base-8K", tp=3)

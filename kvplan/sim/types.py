@@ -95,7 +95,7 @@ class Workload:
     name: str
     path: str
     seed: int
-    experiment: str  # "capacity" (static, the lesson's) | "serve" (discrete-event)
+    experiment: str  # "capacity" (static, the lesson's) | "serve" (discrete-event) | "prefix" | "sharing"
     num_requests: int
     pool: PoolSpec
     allocators: tuple[AllocatorSpec, ...]

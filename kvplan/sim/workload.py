@@ -29,8 +29,8 @@ allocators:                   # default: [{kind: paged, block_size: 16}]
 scheduler: {max_num_seqs: 256, max_num_batched_tokens: 8192, max_model_len: 8192,
             chunked_prefill: false, preemption: recompute, swap_space: 4GiB}  # or swap_slots
 timing: {bandwidth_efficiency: 0.8, flops_efficiency: 0.5, step_overhead_ms: 0.0}
-prefix: {...}                 # reserved: stored raw in Workload.extras["prefix"]
-sampling: {...}               # reserved: stored raw in Workload.extras["sampling"]
+prefix: {...}                 # experiment prefix: shared prompts (read by sim/sharing_runs.py)
+sampling: {...}               # experiment sharing: parallel sampling / beam search groups
 ```
 
 Model-dependent values come from a `resolve_model(model, kv_dtype, tp, gpu_name)` callback that
