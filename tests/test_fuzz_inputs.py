@@ -261,7 +261,7 @@ def check_entries(draw) -> dict:
         if draw(st.booleans()):
             entry["baseline"]["rel_tol"] = _option(draw, rare, st.floats(0, 1))
         if draw(st.booleans()):
-            entry["baseline"]["fail_on"] = _option(draw, rare, st.sampled_from(FAIL_ON := ["change", "drop", "rise"]),
+            entry["baseline"]["fail_on"] = _option(draw, rare, st.sampled_from(["change", "drop", "rise"]),
                                                    st.just("up"))
     return entry
 

@@ -1,0 +1,162 @@
+"""Request trace readers: each yields RequestChunks lazily.
+
+The CSV formats are parsed once into numpy arrays and tiled chunk by chunk (a million tiled
+requests never exist as a million Python objects); Mooncake JSONL is streamed line by line; the
+JSON formats (sharegpt, agentic: token counts only, small) are parsed whole, then tiled the same way.
+
+Formats (`open_trace(format, path)`):
+- azure: CSV `TIMESTAMP,ContextTokens,GeneratedTokens` (Azure LLM inference 2023); TIMESTAMP is a
+  date-time text such as `2023-11-16 18:17:03.9799600`.
+- vidur: CSV `arrived_at,num_prefill_tokens,num_decode_tokens` (arrived_at in seconds; other
+  columns are ignored).
+- mooncake: JSONL, one `{"timestamp": ms, "input_length", "output_length", "hash_ids"}` per
+  line, one hash id per 512-token prompt block (ceil(input_length / 512) of them, checked).
+- sharegpt: a JSON list (or JSONL, one per line) of conversations with token counts, no text:
+  `{"id": any, "conversations": [{"from": "human", "tokens": 12}, {"from": "gpt", "tokens": 80}]}`.
+  One request per human turn followed by a reply: prompt = the human turn(s) since the last reply
+  (plus the whole conversation before them with `history=True`), output = the reply. Roles:
+  human|user ask, gpt|assistant|chatgpt|bard|bing|model reply, system adds to the prompt; a
+  leading reply counts as history; a trailing unanswered turn is dropped. No timestamps: every
+  request arrives at 0 and the workload's arrival process spaces them.
+- agentic: kv-cache-tester JSON (a file, or a folder of `*.json`, one conversation each);
+  `requests` entries `{t, in, out, hash_ids}` with one hash id per full `block_size`-token block
+  (floor(in / block_size), checked); a `"subagent"` entry holds nested `requests` whose `t` counts
+  from the entry's own `t`. Flattened and sorted by arrival. Each conversation starts at 0, or
+  where `session_starts(n_files)` says. Hash ids are local to a file, so each file's are shifted
+  to keep different files apart.
+
+Arrivals are seconds since the first request. Options: `time_scale` multiplies every gap (0.05 =
+20x compressed); `repeat` tiles the trace, copy k shifted by k x (duration + mean gap) and, in
+traces with hash ids, k x (largest id + 1) so copies do not share prefixes; `limit` keeps the
+first N requests of the (tiled) stream. A prompt above `max_model_len` is an error, or with
+`too_long="clip"` is truncated (its hash ids too); an output is always cut where prompt + output
+would pass max_model_len, as vLLM stops generating there. Bad rows raise TraceError with the
+file, line (or JSON field path) and column.
+"""
+
+from __future__ import annotations
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from kvplan.errors import TraceError, UsageError
+from kvplan.sim.traces._rows import MOONCAKE_BLOCK, _Rows
+from kvplan.sim.traces.csv_formats import _read_azure, _read_vidur
+from kvplan.sim.traces.json_formats import _read_agentic, _read_sharegpt
+from kvplan.sim.traces.mooncake import _mooncake_chunks, _mooncake_scan
+from kvplan.sim.types import CHUNK_SIZE, RequestChunk
+
+TRACE_FORMATS = ("azure", "mooncake", "vidur", "sharegpt", "agentic")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Trace:
+    """An opened trace: its final request count and a factory of fresh chunk iterators."""
+
+    format: str
+    path: Path
+    num_requests: int
+    timed: bool  # False: the trace has no timestamps (sharegpt); arrivals are all 0
+    hash_block_size: int
+    make_chunks: Callable[[], Iterator[RequestChunk]]
+
+    def chunks(self) -> Iterator[RequestChunk]:
+        return self.make_chunks()
+
+
+def _fit(rows: _Rows, mml: int | None, too_long: str) -> _Rows:
+    """Apply max_model_len: error on (or clip) long prompts, cut outputs at the limit."""
+    if mml is None:
+        return rows
+    prompt, ids = rows.prompt, rows.hash_ids
+    over = np.flatnonzero(prompt > mml)
+    if over.size and too_long == "error":
+        i = int(over[0])
+        raise TraceError(f"prompt of {prompt[i]} tokens exceeds max_model_len {mml} (set the "
+                         "trace's too_long: clip, or a larger max_model_len)", **rows.where(i))
+    if over.size:
+        prompt = np.minimum(prompt, mml)
+        if ids is not None:
+            keep = -(-mml // rows.block_size) if rows.hash_partial else mml // rows.block_size
+            ids = list(ids)
+            for i in over.tolist():
+                ids[i] = ids[i][:keep]
+    return replace(rows, prompt=prompt, output=np.minimum(rows.output, mml - prompt), hash_ids=ids)
+
+
+def _tile_chunks(rows: _Rows, total: int, shift: float, chunk_size: int) -> Iterator[RequestChunk]:
+    n = len(rows.prompt)
+    span = 1 + max((max(h, default=-1) for h in rows.hash_ids), default=-1) if rows.hash_ids else 0
+    for begin in range(0, total, chunk_size):
+        idx = np.arange(begin, min(begin + chunk_size, total))
+        copy, row = np.divmod(idx, n)
+        ids = None
+        if rows.hash_ids is not None:
+            ids = [rows.hash_ids[r] if not c else tuple(h + c * span for h in rows.hash_ids[r])
+                   for r, c in zip(row.tolist(), copy.tolist())]  # fmt: skip
+        yield RequestChunk(rows.arrival[row] + copy * shift, rows.prompt[row], rows.output[row],
+                           ids, rows.block_size if ids is not None else 0)  # fmt: skip
+
+
+def _check_options(fmt, limit, time_scale, repeat, too_long) -> None:
+    if fmt not in TRACE_FORMATS:
+        names = ", ".join(TRACE_FORMATS)
+        raise UsageError(f"unknown trace format {fmt!r}; expected one of {names}")
+    if limit is not None and (isinstance(limit, bool) or limit < 1):
+        raise UsageError(f"limit must be an integer >= 1, got {limit!r}")
+    if not (0 < time_scale < np.inf):
+        raise UsageError(f"time_scale must be a finite number > 0, got {time_scale!r}")
+    if isinstance(repeat, bool) or repeat < 1:
+        raise UsageError(f"repeat must be an integer >= 1, got {repeat!r}")
+    if too_long not in ("error", "clip"):
+        raise UsageError(f"too_long must be error or clip, got {too_long!r}")
+
+
+def open_trace(
+    fmt: str, path: str | Path, *, limit: int | None = None, time_scale: float = 1.0,
+    repeat: int = 1, max_model_len: int | None = None, too_long: str = "error",
+    history: bool = False, session_starts: Callable[[int], np.ndarray] | None = None,
+    chunk_size: int = CHUNK_SIZE,
+) -> Trace:  # fmt: skip
+    """Open a trace (see the module docstring); parses it now unless it is streamed (mooncake)."""
+    _check_options(fmt, limit, time_scale, repeat, too_long)
+    path = Path(path)
+    if not path.exists():
+        raise TraceError("no such file or folder", file=path)
+    if not (path.is_file() or path.is_dir()):
+        raise TraceError("not a regular file (a device or pipe could be endless)", file=path)
+    try:
+        if fmt == "mooncake":
+            count, t0, t1 = _mooncake_scan(path, limit if repeat == 1 else None)
+            total = min(limit or count * repeat, count * repeat)
+            span = (t1 - t0) / 1000 * time_scale
+            shift = span + (span / (count - 1) if count > 1 else 0.0)
+            make = lambda: _mooncake_chunks(path, t0, total, time_scale, shift, max_model_len,
+                                            too_long, chunk_size)  # noqa: E731  # fmt: skip
+            return Trace(fmt, path, total, True, MOONCAKE_BLOCK, make)
+        if fmt == "agentic":
+            rows = _read_agentic(path, time_scale, session_starts)
+        else:
+            reader = {"azure": _read_azure, "vidur": _read_vidur}.get(fmt)
+            rows = reader(path) if reader else _read_sharegpt(path, history)
+            rows = replace(rows, arrival=rows.arrival * time_scale)
+    except OSError as e:
+        where = getattr(e, "filename", None) or path
+        raise TraceError(f"cannot read: {e.strerror or e}", file=where) from None
+    rows = _fit(rows, max_model_len, too_long)
+    n = len(rows.prompt)
+    total = min(limit or n * repeat, n * repeat)
+    span = float(rows.arrival[-1])
+    shift = span + (span / (n - 1) if n > 1 else 0.0)
+    return Trace(fmt, path, total, fmt != "sharegpt", rows.block_size,
+                 lambda: _tile_chunks(rows, total, shift, chunk_size))  # fmt: skip
+
+
+def read_trace(fmt: str, path: str | Path, **options) -> Iterator[RequestChunk]:
+    """Chunks of a trace: `open_trace(fmt, path, **options).chunks()`."""
+    return open_trace(fmt, path, **options).chunks()
