@@ -2,6 +2,7 @@
 
 contiguous: one run per request, reserved up front (policies max, pow2, oracle).
 paged: a free list, block tables, reference counts, fork and copy-on-write.
+prefix_cache: automatic prefix caching on the paged allocator; free_queue: its array free list.
 capacity: the static capacity experiment in closed form, vectorized over a whole request stream.
 """
 
@@ -17,6 +18,7 @@ from kvplan.memory.capacity import (
 )
 from kvplan.memory.contiguous import POLICIES, Buffer, ContiguousPool, reservation
 from kvplan.memory.paged import BlockManager, FreeBlockQueue, OutOfBlocks, TokenWrite
+from kvplan.memory.prefix_cache import PrefixCacheStats, PrefixCachingBlockManager
 
 __all__ = [
     "BLOCK_SIZES",
@@ -28,6 +30,8 @@ __all__ = [
     "FreeBlockQueue",
     "MemoryBreakdown",
     "OutOfBlocks",
+    "PrefixCacheStats",
+    "PrefixCachingBlockManager",
     "TokenWrite",
     "capacity_sweep",
     "contiguous_capacity",

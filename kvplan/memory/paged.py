@@ -15,7 +15,9 @@ anything; the `can_*` methods let a scheduler ask first instead.
 
 from __future__ import annotations
 
-from typing import Hashable, Iterator, NamedTuple
+from typing import Hashable, NamedTuple
+
+from kvplan.memory.free_queue import FreeBlockQueue
 
 
 class OutOfBlocks(Exception):
@@ -33,63 +35,6 @@ class TokenWrite(NamedTuple):
     block: int
     offset: int
     copy: tuple[int, int] | None = None
-
-
-class FreeBlockQueue:
-    """The free list: take from the front, give back at the back, remove any block in O(1).
-
-    A doubly linked list threaded through two arrays indexed by block id, as in vLLM v1's
-    FreeKVCacheBlockQueue. The O(1) `remove` is what prefix caching needs: a cached block with
-    no owner stays in this queue (the queue is then also its eviction order, least recently freed
-    first) and is pulled out of the middle when a new request hits it. A block can be in the queue
-    at most once; `append` of a queued block is a bug and raises.
-    """
-
-    def __init__(self, num_blocks: int) -> None:
-        n = num_blocks
-        self._head, self._tail = n, n + 1  # sentinel ids; -1 marks "not linked"
-        # Start as head, 0, 1, ..., n - 1, tail without a Python loop per block.
-        self._next = list(range(1, n + 2)) + [-1]
-        self._prev = list(range(-1, n + 1))
-        if n:
-            self._next[n - 1], self._next[n] = n + 1, 0
-            self._prev[0], self._prev[n], self._prev[n + 1] = n, -1, n - 1
-        self._len = n
-
-    def __len__(self) -> int:
-        return self._len
-
-    def __contains__(self, block: int) -> bool:
-        return self._prev[block] != -1
-
-    def __iter__(self) -> Iterator[int]:
-        block = self._next[self._head]
-        while block != self._tail:
-            yield block
-            block = self._next[block]
-
-    def popleft(self) -> int:
-        block = self._next[self._head]
-        if block == self._tail:
-            raise IndexError("pop from an empty free list")
-        self.remove(block)
-        return block
-
-    def append(self, block: int) -> None:
-        if self._prev[block] != -1:
-            raise ValueError(f"block {block} is already in the free list")
-        last = self._prev[self._tail]
-        self._next[last], self._prev[block] = block, last
-        self._next[block], self._prev[self._tail] = self._tail, block
-        self._len += 1
-
-    def remove(self, block: int) -> None:
-        prev, nxt = self._prev[block], self._next[block]
-        if prev == -1:
-            raise ValueError(f"block {block} is not in the free list")
-        self._next[prev], self._prev[nxt] = nxt, prev
-        self._prev[block] = self._next[block] = -1
-        self._len -= 1
 
 
 class BlockManager:
