@@ -23,6 +23,14 @@ def hf_config(name: str) -> Path:
     return path
 
 
+def torch_one_thread(torch):
+    """Run a module's tests on one intra-op thread (tiny tensors; far faster on a busy 2-core box)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def run_cli(capsys):
     """Run `kvplan ARGS` in-process; returns (exit code, stdout, stderr)."""

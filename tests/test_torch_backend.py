@@ -9,6 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tests.conftest import torch_one_thread  # noqa: E402
+
 from kvplan.backends.torch import ValidationResult, run_validation  # noqa: E402
 from kvplan.backends.torch.attention import (  # noqa: E402
     dense_attention,
@@ -27,11 +29,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
-    """These tensors are tiny: one intra-op thread is faster, and far faster on a busy 2-core box."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    yield from torch_one_thread(torch)
 
 
 def layout_of(*groups: LayerGroup, kv_dtype: str = "fp32") -> KVLayout:

@@ -8,15 +8,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tests.conftest import torch_one_thread  # noqa: E402
+
 from kvplan.backends.torch.crosscheck import TransformersNotInstalled, crosscheck, transformers_module  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    yield from torch_one_thread(torch)
 
 
 @pytest.fixture(scope="module")
