@@ -31,14 +31,12 @@ def simulate_serve(wl: Workload, *, json: bool, plot: Path | None, csv: Path | N
 
 
 def _run(wl: Workload, record: bool, rates, latency_bound: float, show_progress: bool):
-    from kvplan.sim.engine import simulate
+    from kvplan.sim.engine import document_of, simulate
 
     with _Progress(wl.num_requests, len(wl.allocators), enabled=show_progress) as bar:
         results = [simulate(wl, spec, progress=bar.callback(i), record_requests=record)
                    for i, spec in enumerate(wl.allocators)]
-        doc = {"workload": wl.name, "experiment": "serve", "pool_slots": wl.pool.slots,
-               "num_requests": wl.num_requests, "time_unit": results[0].time_unit if results else None,
-               "results": [r.to_dict() for r in results]}
+        doc = document_of(wl, results)
         if rates:
             doc["rate_sweep"] = _sweep(wl, rates, latency_bound)
     return results, doc

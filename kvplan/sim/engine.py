@@ -144,6 +144,11 @@ def serve_document(workload: Workload, *,
                    progress: Callable[[int, int], None] | None = None) -> dict:
     """Every allocator of a serve workload, as plain data (the shape of `capacity_document`)."""
     results = [simulate(workload, spec, progress=progress) for spec in workload.allocators]
+    return document_of(workload, results)
+
+
+def document_of(workload: Workload, results: list[ServeResult]) -> dict:
+    """The serve document of results already simulated, one per allocator of the workload."""
     return {
         "workload": workload.name, "experiment": "serve", "pool_slots": workload.pool.slots,
         "num_requests": workload.num_requests,
