@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from kvplan.sim.prefix import hit_rate_sweep, replay_prefix_cache
-from kvplan.sim.traces import open_trace
+from kvplan.replay.prefix import hit_rate_sweep, replay_prefix_cache
+from kvplan.workload.traces import open_trace
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACE = SHARED / "traces/mooncake-fast25/conversation_trace.jsonl"

@@ -36,8 +36,8 @@ CASES = {"pace": (1.0, 256), "compressed": (0.05, 256), "saturated": (0.05, 1024
 
 
 def workload(time_scale: float, max_num_seqs: int):
-    from kvplan.sim.traces import open_trace
-    from kvplan.sim.types import (AllocatorSpec, PoolSpec, SchedulerConfig, TimingConfig,
+    from kvplan.workload.traces import open_trace
+    from kvplan.workload.records import (AllocatorSpec, PoolSpec, SchedulerConfig, TimingConfig,
                                   Workload)
 
     trace = open_trace("azure", TRACE, limit=NUM_REQUESTS, repeat=-(-NUM_REQUESTS // 19_366),
@@ -75,7 +75,7 @@ def run_case(name: str) -> None:
 def _tiny(wl):
     from dataclasses import replace
 
-    from kvplan.sim.types import RequestChunk
+    from kvplan.workload.records import RequestChunk
 
     import numpy as np
 

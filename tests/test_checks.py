@@ -1,4 +1,4 @@
-"""`kvplan check`: the check-file library (kvplan.checks), its views and the CLI command."""
+"""`kvplan check`: the check-file library (kvplan.check.run), its views and the CLI command."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.checks import load_checks, run_checks
+from kvplan.check.run import load_checks, run_checks
 from kvplan.errors import KvplanError
 from tests.conftest import ROOT
 
@@ -20,12 +20,7 @@ LESSON = ROOT / "workloads" / "lesson.yaml"
 
 @pytest.fixture
 def cli(run_cli, monkeypatch):
-    """run_cli with `check` registered (until kvplan/cli.py does it) and the hub off."""
-    from kvplan.cli import app
-    from kvplan.cli_check import check
-
-    if not any((c.name or getattr(c.callback, "__name__", "")) == "check" for c in app.registered_commands):
-        app.command(name="check")(check)
+    """run_cli with the hub off."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return run_cli
 
@@ -117,7 +112,7 @@ def test_failed_threshold_in_json_mode(cli, tmp_path):
 
 def test_the_command_function_raises_system_exit_1(tmp_path, monkeypatch):
     """cli_check.check returns on success and raises SystemExit(1) on a failed check."""
-    from kvplan.cli_check import check
+    from kvplan.cli.check import check
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     check(write_checks(tmp_path, opt_check("token_slots == 15728"), "ok.yaml"), json=True)
@@ -164,7 +159,7 @@ def test_dotted_paths_indexes_and_top_level_fallback(tmp_path):
 
 def test_one_run_per_distinct_command(tmp_path, monkeypatch):
     """Two checks selecting from the same simulate run share one run."""
-    import kvplan.checks as checks_mod
+    import kvplan.check.run as checks_mod
 
     calls = []
     real = checks_mod._simulate_doc
@@ -255,12 +250,16 @@ def test_prefix_workloads_are_checked_as_prefix(tmp_path):
 
 
 def test_nothing_is_evaluated():
-    """Assertions are parsed by a regular expression; the module never calls eval, exec or compile."""
+    """Assertions are parsed by a regular expression; no module of kvplan/check/ calls eval, exec
+    or compile."""
     import ast
 
-    tree = ast.parse((ROOT / "kvplan" / "checks.py").read_text(encoding="utf-8"))
-    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    assert not called & {"eval", "exec", "compile", "__import__", "getattr"}
+    modules = sorted((ROOT / "kvplan" / "check").glob("*.py"))
+    assert len(modules) >= 6
+    for module in modules:
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert not called & {"eval", "exec", "compile", "__import__", "getattr"}, module.name
 
 
 def test_markdown_cells_are_escaped(tmp_path):

@@ -176,8 +176,8 @@ def workload_texts(draw) -> str:
 def test_workload_reader_never_crashes(text):
     """load_workload (models resolved from the catalog) and, for small ones, the capacity experiment:
     a result or a KvplanError, never another exception."""
-    from kvplan.sim.load import load
-    from kvplan.sim.static import capacity_document
+    from kvplan.experiments import load
+    from kvplan.replay.capacity import capacity_document
 
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
@@ -276,7 +276,7 @@ STORED = st.none() | st.dictionaries(st.sampled_from(["check-0", "check-1"]), st
 def test_check_files_never_crash(checks, stored, junk):
     """Generated check files (near the schema, or cut short): load_checks + run_checks give a report
     or a KvplanError."""
-    from kvplan.checks import load_checks, run_checks
+    from kvplan.check.run import load_checks, run_checks
 
     for i, check in enumerate(checks):
         check["name"] = f"check-{i}" if check["name"] is None else check["name"]

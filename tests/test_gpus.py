@@ -119,7 +119,7 @@ def test_gpu_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         gpu.memory_bytes = 1  # type: ignore[misc]
     assert [f.name for f in dataclasses.fields(GPU)] == [
-        "name", "memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "vendor", "source",
+        "name", "memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "vendor", "sources",
     ]
 
 
@@ -130,8 +130,11 @@ def test_values_positive_and_plausible():
         assert 200e9 <= gpu.hbm_bytes_per_s <= 10e12, gpu.name
         assert 50e12 <= gpu.peak_bf16_flops <= 3e15, gpu.name
         assert gpu.vendor in {"NVIDIA", "AMD"}
-        assert isinstance(gpu.source, str) and len(gpu.source) > 30
-        assert "data sheet" in gpu.source or "specifications" in gpu.source or "whitepaper" in gpu.source
+        assert set(gpu.sources) == {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops"}, gpu.name
+        for figure, source in gpu.sources.items():
+            assert isinstance(source, str) and len(source) > 20, (gpu.name, figure)
+        cited = " ".join(gpu.sources.values())
+        assert "data sheet" in cited or "specifications" in cited or "whitepaper" in cited
         # Flops per byte of bandwidth: every serving GPU sits between ~100 and ~700.
         assert 100 <= gpu.peak_bf16_flops / gpu.hbm_bytes_per_s <= 700, gpu.name
 
@@ -195,3 +198,56 @@ def test_model_package_imports_nothing_of_ours_but_errors():
     ours = {name for name in imported if name.split(".")[0] == "kvplan"}
     assert ours == {"kvplan.errors"}
     assert "numpy" not in imported
+
+
+# ---- the catalog file ----------------------------------------------------------------------------
+
+
+def _catalog_copy(tmp_path: Path, mutate) -> Path:
+    doc = json.loads(gpus.CATALOG_FILE.read_text(encoding="utf-8"))
+    mutate(doc)
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def test_catalog_file_round_trips_to_the_loaded_catalog():
+    """What the module holds is exactly what the shipped file says, in the file's order."""
+    doc = json.loads(gpus.CATALOG_FILE.read_text(encoding="utf-8"))
+    assert [row["name"] for row in doc["gpus"]] == gpu_names()
+    for row in doc["gpus"]:
+        gpu = GPUS[row["name"]]
+        for figure in gpus.FIGURES:
+            assert getattr(gpu, figure) == row[figure]["value"]
+            assert gpu.sources[figure] == row[figure]["source"]
+        assert all(ALIASES[a] == gpu.name for a in row["aliases"])
+
+
+@pytest.mark.parametrize("mutate, field, says", [
+    (lambda d: d["gpus"][3]["memory_bytes"].update(value=-1), "gpus[3].memory_bytes.value", "positive whole number"),
+    (lambda d: d["gpus"][3]["memory_bytes"].update(value=4.5e10), "gpus[3].memory_bytes.value", "whole number"),
+    (lambda d: d["gpus"][0]["hbm_bytes_per_s"].update(value="fast"), "gpus[0].hbm_bytes_per_s.value", "positive number"),
+    (lambda d: d["gpus"][0]["hbm_bytes_per_s"].update(value=True), "gpus[0].hbm_bytes_per_s.value", "positive number"),
+    (lambda d: d["gpus"][1]["peak_bf16_flops"].pop("source"), "gpus[1].peak_bf16_flops", "source"),
+    (lambda d: d["gpus"][1]["peak_bf16_flops"].update(source="x"), "gpus[1].peak_bf16_flops.source", "where the figure"),
+    (lambda d: d["gpus"][2].update(vendor="Acme"), "gpus[2].vendor", "NVIDIA"),
+    (lambda d: d["gpus"][2].update(name="H100 80GB"), "gpus[2].name", "letters, digits and dashes"),
+    (lambda d: d["gpus"][2].update(extra=1), "gpus[2]", "exactly the keys"),
+    (lambda d: d["gpus"][4].update(aliases="H100"), "gpus[4].aliases", "list of names"),
+    (lambda d: d.update(gpus={}), None, '"gpus"'),
+])  # fmt: skip
+def test_a_wrong_catalog_file_names_the_file_and_field(tmp_path, mutate, field, says):
+    path = _catalog_copy(tmp_path, mutate)
+    with pytest.raises(KvplanError) as err:
+        gpus.load_catalog(path)
+    message = str(err.value)
+    assert "gpus.json" in message and says in message
+    if field is not None:
+        assert field in message
+
+
+def test_a_catalog_file_that_is_not_json(tmp_path):
+    path = tmp_path / "gpus.json"
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(KvplanError, match="cannot read the GPU catalog"):
+        gpus.load_catalog(path)

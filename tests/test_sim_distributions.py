@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from kvplan.errors import WorkloadError
-from kvplan.sim import distributions as d
-from kvplan.sim.yamlio import load_yaml_text
+from kvplan.workload import distributions as d
+from kvplan.workload.yaml_nodes import load_yaml_text
 
 N = 200_000
 

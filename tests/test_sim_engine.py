@@ -13,7 +13,7 @@ from kvplan.sim.engine import KernelState, serve_document, simulate
 from kvplan.sim.inputs import make_setup, prepared_chunks
 from kvplan.sim.reference import simulate_reference
 from kvplan.sim.sweep import rate_sweep
-from kvplan.sim.types import (AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig,
+from kvplan.workload.records import (AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig,
                               TimingConfig, Workload)
 from tests.test_sim_reference import make_workload
 

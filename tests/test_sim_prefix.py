@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from kvplan.errors import KvplanError
-from kvplan.sim.prefix import (
+from kvplan.replay.prefix import (
     PrefixGenerator, PrefixSpec, blocks_per_hash, hit_rate_sweep, prompt_block_ids,
     replay_prefix_cache, synthetic_prefixes, with_prefixes,
 )  # fmt: skip
-from kvplan.sim.types import RequestChunk
+from kvplan.workload.records import RequestChunk
 from tests.conftest import shared_dir
 
 
@@ -144,7 +144,7 @@ def test_an_infinite_cache_hits_every_prefix_seen_before(seed):
 def test_agentic_sample_in_an_infinite_cache():
     """Fails if the agentic traces (64-token blocks, nested sub-agents) replay differently from the
     set-of-prefixes count, or if their 64-token ids do not map onto blocks of 16."""
-    from kvplan.sim.traces import open_trace
+    from kvplan.workload.traces import open_trace
 
     folder = shared_dir() / "traces" / "kv-cache-tester-agentic"
     if not folder.is_dir():
@@ -161,7 +161,7 @@ def test_agentic_sample_in_an_infinite_cache():
 
 def test_mooncake_head_against_the_independent_lru():
     """Fails if the first 400 Mooncake requests replay differently from the plain-list LRU."""
-    from kvplan.sim.traces import open_trace
+    from kvplan.workload.traces import open_trace
 
     path = shared_dir() / "traces" / "mooncake-fast25" / "conversation_trace.jsonl"
     if not path.is_file():

@@ -13,7 +13,7 @@ from kvplan.errors import WorkloadError
 from kvplan.sim.engine import simulate
 from kvplan.sim.inputs import clip_lengths
 from kvplan.sim.reference import simulate_reference
-from kvplan.sim.types import (AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig,
+from kvplan.workload.records import (AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig,
                               TimingConfig, Workload)
 
 ENGINES = {"reference": simulate_reference, "engine": simulate}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvplan.errors import KvplanError
-from kvplan.sim.sharing import (
+from kvplan.replay.sharing import (
     GroupUsage, alpaca_like_lengths, beam_group_usage, parallel_group_usage, sharing_savings,
     sharing_table,
 )  # fmt: skip

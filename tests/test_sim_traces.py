@@ -7,7 +7,6 @@ import csv
 import json
 import math
 import os
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 
 from kvplan.errors import TraceError
-from kvplan.sim.traces import open_trace, read_trace
+from kvplan.workload.traces import open_trace, read_trace
 
 
 def traces_dir() -> Path:
@@ -140,10 +139,10 @@ def test_mooncake_repeat_shifts_ids():
     assert ids[n] == tuple(h + span for h in ids[0]) and len(prompt) == 2 * n
 
 
-def test_one_million_tiled_azure_requests_stream_fast():
-    """The simulator benchmark's input: 1,000,000 requests tiled from the conv trace, streamed."""
+def test_one_million_tiled_azure_requests_stream():
+    """The simulator benchmark's input: 1,000,000 requests tiled from the conv trace, streamed in
+    chunks (its speed is bench/simulate.py's to measure)."""
     path = trace_file(AZURE[0])
-    start = time.perf_counter()
     trace = open_trace("azure", path, repeat=52, limit=1_000_000, max_model_len=16384)
     count, last = 0, -1.0
     for chunk in trace.chunks():
@@ -151,7 +150,6 @@ def test_one_million_tiled_azure_requests_stream_fast():
         assert chunk.arrival[0] >= last
         last = chunk.arrival[-1]
     assert count == trace.num_requests == 1_000_000
-    assert time.perf_counter() - start < 10  # about 0.1 s here; generous for slow machines
 
 
 def test_too_long_error_or_clip():

@@ -11,7 +11,7 @@ from kvplan.model.weights import estimate_weights
 def model_facts(model: str, kv_dtype: str = "auto", tp: int = 1, gpu_name: str | None = None) -> dict:
     """Layout, weight bytes per GPU, GPU record and forward FLOPs per token for a workload.
 
-    The shape of the dict is the `resolve_model` contract of `kvplan.sim.workload.load_workload`.
+    The shape of the dict is the `resolve_model` contract of `kvplan.workload.schema.load_workload`.
     """
     spec = load_spec(model)
     weights = estimate_weights(spec)

@@ -32,19 +32,27 @@ Bandwidth and compute
 doubling that data sheets often print first. The V100 has no bf16 units; its entry carries the fp16
 tensor-core peak and says so in ``source``.
 
-This module imports nothing of kvplan's except ``kvplan.errors``.
+The figures live in ``gpus.json`` beside this module (shipped in the wheel), each with its source;
+``load_catalog`` reads and validates it. This module imports nothing of kvplan's except
+``kvplan.errors``.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from kvplan.errors import UsageError
+from kvplan.errors import ConfigError, UsageError
 
 MiB = 1024**2
 GiB = 1024**3
+CATALOG_FILE = Path(__file__).with_name("gpus.json")
+FIGURES = ("memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops")
+VENDORS = ("NVIDIA", "AMD")
 
 
 @dataclass(frozen=True)
@@ -56,186 +64,58 @@ class GPU:
     hbm_bytes_per_s: float
     peak_bf16_flops: float
     vendor: str
-    source: str
+    sources: dict[str, str] = field(hash=False, compare=False)  # figure -> where it comes from
 
     @property
     def memory_gib(self) -> float:
         return self.memory_bytes / GiB
 
 
-_CATALOG: tuple[tuple[GPU, tuple[str, ...]], ...] = (
-    (
-        GPU(
-            name="A10G",
-            memory_bytes=23_028 * MiB,
-            hbm_bytes_per_s=600e9,
-            peak_bf16_flops=70e12,
-            vendor="NVIDIA",
-            source=(
-                "AWS EC2 G5 instance specifications (NVIDIA publishes no A10G data sheet): 24 GB GDDR6, "
-                "600 GB/s; about 70 TFLOPS dense bf16, the A10G figure in the AWS/NVIDIA comparison "
-                "tables (the A10 data sheet's 125 TFLOPS does not apply); 23,028 MiB reported with ECC on"
-            ),
-        ),
-        ("NVIDIA A10G", "A10G-24GB"),
-    ),
-    (
-        GPU(
-            name="L4",
-            memory_bytes=23_034 * MiB,
-            hbm_bytes_per_s=300e9,
-            peak_bf16_flops=121e12,
-            vendor="NVIDIA",
-            source=(
-                "NVIDIA L4 Tensor Core GPU data sheet: 24 GB GDDR6, 300 GB/s, bf16 242 TFLOPS with "
-                "sparsity (121 dense); 23,034 MiB reported with ECC on"
-            ),
-        ),
-        ("NVIDIA L4", "L4-24GB"),
-    ),
-    (
-        GPU(
-            name="L40S",
-            memory_bytes=46_068 * MiB,
-            hbm_bytes_per_s=864e9,
-            peak_bf16_flops=362.05e12,
-            vendor="NVIDIA",
-            source=(
-                "NVIDIA L40S data sheet: 48 GB GDDR6 with ECC, 864 GB/s, bf16 362.05 TFLOPS dense "
-                "(733 with sparsity); 46,068 MiB reported with ECC on"
-            ),
-        ),
-        ("NVIDIA L40S", "L40S-48GB"),
-    ),
-    (
-        GPU(
-            name="A100-40GB",
-            memory_bytes=40_960 * MiB,
-            hbm_bytes_per_s=1_555e9,
-            peak_bf16_flops=312e12,
-            vendor="NVIDIA",
-            source=(
-                "NVIDIA A100 Tensor Core GPU data sheet (40GB): 40 GB HBM2, 1,555 GB/s, bf16 312 TFLOPS "
-                "dense (624 with sparsity); reports 40,960 MiB"
-            ),
-        ),
-        ("A100-SXM4-40GB", "A100 40GB", "A100-40G", "A100-PCIE-40GB", "NVIDIA A100-SXM4-40GB"),
-    ),
-    (
-        GPU(
-            name="A100-80GB",
-            memory_bytes=81_920 * MiB,
-            hbm_bytes_per_s=2_039e9,
-            peak_bf16_flops=312e12,
-            vendor="NVIDIA",
-            source=(
-                "NVIDIA A100 Tensor Core GPU data sheet (80GB SXM): 80 GB HBM2e, 2,039 GB/s, bf16 312 "
-                "TFLOPS dense (624 with sparsity); reports 81,920 MiB"
-            ),
-        ),
-        ("A100-SXM4-80GB", "A100 80GB", "A100-80G", "NVIDIA A100-SXM4-80GB"),
-    ),
-    (
-        GPU(
-            name="H100-80GB",
-            memory_bytes=81_559 * MiB,
-            hbm_bytes_per_s=3.35e12,
-            peak_bf16_flops=989e12,
-            vendor="NVIDIA",
-            source=(
-                "NVIDIA H100 Tensor Core GPU data sheet (H100 SXM): 80 GB HBM3, 3.35 TB/s, bf16 1,979 "
-                "TFLOPS with sparsity (989 dense); reports 81,559 MiB"
-            ),
-        ),
-        ("H100", "H100-SXM", "H100-SXM5-80GB", "H100-SXM-80GB", "H100 80GB HBM3", "NVIDIA H100 80GB HBM3"),
-    ),
-    (
-        GPU(
-            name="H100-PCIe",
-            memory_bytes=81_559 * MiB,
-            hbm_bytes_per_s=2.0e12,
-            peak_bf16_flops=756e12,
-            vendor="NVIDIA",
-            source=(
-                "NVIDIA H100 Tensor Core GPU data sheet (H100 PCIe): 80 GB HBM2e, 2 TB/s, bf16 1,513 "
-                "TFLOPS with sparsity (756 dense); reports 81,559 MiB"
-            ),
-        ),
-        ("H100 PCIe", "H100-PCIe-80GB", "NVIDIA H100 PCIe"),
-    ),
-    (
-        GPU(
-            name="H200",
-            memory_bytes=143_771 * MiB,
-            hbm_bytes_per_s=4.8e12,
-            peak_bf16_flops=989e12,
-            vendor="NVIDIA",
-            source=(
-                "NVIDIA H200 Tensor Core GPU data sheet (H200 SXM): 141 GB HBM3e, 4.8 TB/s, bf16 1,979 "
-                "TFLOPS with sparsity (989 dense); reports 143,771 MiB"
-            ),
-        ),
-        ("H200-SXM", "H200-141GB", "NVIDIA H200"),
-    ),
-    (
-        GPU(
-            name="B200",
-            memory_bytes=183_359 * MiB,
-            hbm_bytes_per_s=8e12,
-            peak_bf16_flops=2.25e15,
-            vendor="NVIDIA",
-            source=(
-                "NVIDIA HGX B200 specifications: 1.4 TB HBM3e and 64 TB/s per 8-GPU board (180 GB, "
-                "8 TB/s per GPU), fp16/bf16 36 PFLOPS per board with sparsity, so 2.25 PFLOPS dense per "
-                "GPU; reports 183,359 MiB"
-            ),
-        ),
-        ("B200-180GB", "B200-SXM", "HGX B200", "NVIDIA B200"),
-    ),
-    (
-        GPU(
-            name="MI300X",
-            memory_bytes=205_822_885_888,
-            hbm_bytes_per_s=5.3e12,
-            peak_bf16_flops=1307.4e12,
-            vendor="AMD",
-            source=(
-                "AMD Instinct MI300X data sheet: 192 GB HBM3, 5.3 TB/s, bf16 1,307.4 TFLOPS dense "
-                "(2,614.9 with sparsity); rocm-smi reports 205,822,885,888 bytes of VRAM"
-            ),
-        ),
-        ("Instinct MI300X", "AMD Instinct MI300X", "MI300X-192GB"),
-    ),
-    (
-        GPU(
-            name="V100-32GB",
-            memory_bytes=32_510 * MiB,
-            hbm_bytes_per_s=900e9,
-            peak_bf16_flops=125e12,
-            vendor="NVIDIA",
-            source=(
-                "NVIDIA Tesla V100 data sheet (SXM2 32GB): 32 GB HBM2, 900 GB/s; V100 has no bf16 tensor "
-                "cores, so this is the 125 TFLOPS fp16 tensor peak; reports 32,510 MiB"
-            ),
-        ),
-        ("V100-SXM2-32GB", "Tesla V100-SXM2-32GB", "V100 32GB"),
-    ),
-    (
-        GPU(
-            name="RTX-4090",
-            memory_bytes=24_564 * MiB,
-            hbm_bytes_per_s=1_008e9,
-            peak_bf16_flops=165.2e12,
-            vendor="NVIDIA",
-            source=(
-                "NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090): 24 GB GDDR6X, 1,008 GB/s, "
-                "bf16 with fp32 accumulate 165.2 TFLOPS dense (330.3 with sparsity); reports 24,564 MiB"
-            ),
-        ),
-        ("RTX 4090", "RTX4090", "4090", "GeForce RTX 4090", "NVIDIA GeForce RTX 4090"),
-    ),
-)
+def load_catalog(path: Path = CATALOG_FILE) -> tuple[tuple[GPU, tuple[str, ...]], ...]:
+    """Read and validate the GPU catalog file: every GPU with its aliases, in catalog order.
 
+    A wrong file fails with one ConfigError naming the file and the field (`gpus[3].memory_bytes`).
+    """
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"cannot read the GPU catalog: {exc}", file=path) from None
+    if not isinstance(doc, dict) or set(doc) != {"_about", "gpus"} or not isinstance(doc["gpus"], list):
+        raise ConfigError('expected an object with "_about" and a list "gpus"', file=path)
+    return tuple(_entry(row, path, f"gpus[{i}]") for i, row in enumerate(doc["gpus"]))
+
+
+def _entry(row, path: Path, where: str) -> tuple[GPU, tuple[str, ...]]:
+    def fail(message: str, key: str = "") -> ConfigError:
+        return ConfigError(message, file=path, field=f"{where}.{key}" if key else where)
+
+    keys = {"name", "vendor", "aliases", *FIGURES}
+    if not isinstance(row, dict) or set(row) != keys:
+        raise fail(f"expected an object with exactly the keys {', '.join(sorted(keys))}")
+    if not isinstance(row["name"], str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*", row["name"]):
+        raise fail("expected a name of letters, digits and dashes", "name")
+    if row["vendor"] not in VENDORS:
+        raise fail(f"expected one of {', '.join(VENDORS)}", "vendor")
+    aliases = row["aliases"]
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
+        raise fail("expected a list of names", "aliases")
+    values, sources = {}, {}
+    for key in FIGURES:
+        figure = row[key]
+        if not isinstance(figure, dict) or set(figure) != {"value", "source"}:
+            raise fail('expected {"value": number, "source": "where it comes from"}', key)
+        value, source = figure["value"], figure["source"]
+        whole = key == "memory_bytes"
+        if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
+                or not math.isfinite(value) or value <= 0):
+            raise fail(f"expected a positive {'whole number of bytes' if whole else 'number'}", f"{key}.value")
+        if not isinstance(source, str) or len(source) < 20:
+            raise fail("expected a sentence naming where the figure comes from", f"{key}.source")
+        values[key], sources[key] = (value if whole else float(value)), source
+    return GPU(name=row["name"], vendor=row["vendor"], sources=sources, **values), tuple(aliases)
+
+
+_CATALOG = load_catalog()
 GPUS: dict[str, GPU] = {gpu.name: gpu for gpu, _ in _CATALOG}
 ALIASES: dict[str, str] = {alias: gpu.name for gpu, aliases in _CATALOG for alias in aliases}
 

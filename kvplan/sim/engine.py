@@ -18,7 +18,7 @@ from kvplan.sim import kernel as K
 from kvplan.sim.inputs import PreparedChunk, SimSetup, make_setup, prepared_chunks
 from kvplan.sim.metrics import INTEGRALS, RawRun, ServeResult, build_result
 from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
-from kvplan.sim.types import AllocatorSpec, Workload
+from kvplan.workload.records import AllocatorSpec, Workload
 
 EVENTS_PER_CALL = 200_000  # kernel events between progress reports
 

@@ -21,7 +21,7 @@ from kvplan.errors import WorkloadError
 from kvplan.memory.capacity import contiguous_reservations
 from kvplan.memory.contiguous import POLICIES, reservation
 from kvplan.sim.timing import StepClock, make_clock
-from kvplan.sim.types import AllocatorSpec, SchedulerConfig, Workload
+from kvplan.workload.records import AllocatorSpec, SchedulerConfig, Workload
 
 PREEMPTION_MODES = ("recompute", "swap")
 

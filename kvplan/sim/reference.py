@@ -36,7 +36,7 @@ from kvplan.memory.contiguous import ContiguousPool
 from kvplan.sim.inputs import SimSetup, make_setup, prepared_chunks
 from kvplan.sim.metrics import RawRun, ServeResult, build_result
 from kvplan.sim.sampling import TIMELINE_POINTS, TimelineSampler
-from kvplan.sim.types import AllocatorSpec, Workload
+from kvplan.workload.records import AllocatorSpec, Workload
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ import numpy as np
 from kvplan.errors import WorkloadError
 from kvplan.sim.engine import simulate
 from kvplan.sim.metrics import ServeResult
-from kvplan.sim.types import AllocatorSpec, RequestChunk, Workload
+from kvplan.workload.records import AllocatorSpec, RequestChunk, Workload
 
 RequestsForRate = Callable[[float], Iterator[RequestChunk]]
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from kvplan.errors import WorkloadError
 from kvplan.model.gpus import get_gpu
-from kvplan.sim.types import PoolSpec, TimingConfig
+from kvplan.workload.records import PoolSpec, TimingConfig
 
 TICKS_PER_SECOND = 10**12  # picoseconds, when a GPU is set
 MAX_ARRIVAL_TICKS = 2**62  # about 53 days in picoseconds: int64 room for every sum of times

@@ -30,8 +30,8 @@ from typing import Iterator, Union
 import numpy as np
 
 from kvplan.errors import TraceError
-from kvplan.sim.types import CHUNK_SIZE, RequestChunk
-from kvplan.sim.yamlio import YamlMap, as_float, as_int
+from kvplan.workload.records import CHUNK_SIZE, RequestChunk
+from kvplan.workload.yaml_nodes import YamlMap, as_float, as_int
 
 MAX_LENGTH = 2**31  # no request is longer than two billion tokens
 

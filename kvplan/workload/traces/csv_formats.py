@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from kvplan.errors import TraceError
-from kvplan.sim.traces._rows import _int_or_none, _Rows
+from kvplan.workload.traces._rows import _int_or_none, _Rows
 
 
 def _read_csv(path: Path, columns: tuple[str, ...]) -> tuple[list[list[str]], np.ndarray]:

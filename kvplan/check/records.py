@@ -1,7 +1,7 @@
 """The records of `kvplan check`: a validated check, its assertions, and what running it found.
 
-Plain frozen records shared by the reader (kvplan.check_file), the baseline file
-(kvplan.check_baseline) and the runner (kvplan.checks); this module imports none of them.
+Plain frozen records shared by the reader (kvplan.check.file), the baseline file
+(kvplan.check.baseline) and the runner (kvplan.check.run); this module imports none of them.
 """
 
 from __future__ import annotations

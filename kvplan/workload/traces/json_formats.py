@@ -9,7 +9,7 @@ from typing import Iterator
 import numpy as np
 
 from kvplan.errors import TraceError
-from kvplan.sim.traces._rows import MAX_JSON_BYTES, _field_int, _Rows
+from kvplan.workload.traces._rows import MAX_JSON_BYTES, _field_int, _Rows
 
 _ASK = {"human", "user", "system"}
 _REPLY = {"gpt", "assistant", "chatgpt", "bard", "bing", "model"}

@@ -1,4 +1,5 @@
-"""`kvplan simulate` on a serve workload: run the engine per allocator, then report."""
+"""`kvplan simulate` on a serve workload: run the engine per allocator (with a progress bar on long
+runs), the rate sweep if asked, then write the CSV and chart and report."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import time
 from pathlib import Path
 
 from kvplan.errors import KvplanError
+from kvplan.experiments import with_block_sizes
 from kvplan.report.files import atomic_write
 from kvplan.report.output import emit_json
 from kvplan.report.serve_view import plot_serve, render_serve, write_requests_csv
-from kvplan.sim.load import with_block_sizes
-from kvplan.sim.types import Workload
+from kvplan.workload.records import Workload
 
 
 def simulate_serve(wl: Workload, *, json: bool, plot: Path | None, csv: Path | None,

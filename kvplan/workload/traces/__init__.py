@@ -45,11 +45,11 @@ from typing import Callable, Iterator
 import numpy as np
 
 from kvplan.errors import TraceError, UsageError
-from kvplan.sim.traces._rows import MOONCAKE_BLOCK, _Rows
-from kvplan.sim.traces.csv_formats import _read_azure, _read_vidur
-from kvplan.sim.traces.json_formats import _read_agentic, _read_sharegpt
-from kvplan.sim.traces.mooncake import _mooncake_chunks, _mooncake_scan
-from kvplan.sim.types import CHUNK_SIZE, RequestChunk
+from kvplan.workload.traces._rows import MOONCAKE_BLOCK, _Rows
+from kvplan.workload.traces.csv_formats import _read_azure, _read_vidur
+from kvplan.workload.traces.json_formats import _read_agentic, _read_sharegpt
+from kvplan.workload.traces.mooncake import _mooncake_chunks, _mooncake_scan
+from kvplan.workload.records import CHUNK_SIZE, RequestChunk
 
 TRACE_FORMATS = ("azure", "mooncake", "vidur", "sharegpt", "agentic")
 

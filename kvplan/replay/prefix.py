@@ -35,7 +35,7 @@ import numpy as np
 from kvplan.errors import KvplanError
 from kvplan.memory.paged import OutOfBlocks
 from kvplan.memory.prefix_cache import PrefixCachingBlockManager, PrefixCacheStats
-from kvplan.sim.types import RequestChunk
+from kvplan.workload.records import RequestChunk
 
 POPULARITY = ("uniform", "zipf")
 

@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kvplan.check_expr import METRIC, parse_expect
-from kvplan.check_records import Check, Tracked
+from kvplan.check.expr import METRIC, parse_expect
+from kvplan.check.records import Check, Tracked
 from kvplan.errors import WorkloadError
-from kvplan.sim.yamlio import (
+from kvplan.workload.yaml_nodes import (
     YamlList,
     YamlMap,
     YamlNode,

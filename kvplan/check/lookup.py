@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from kvplan.check_records import Check, kind_of
+from kvplan.check.records import Check, kind_of
 
 _STEP = re.compile(r"\.?([A-Za-z_]\w*)|\[(\d+)\]")
 

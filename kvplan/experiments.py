@@ -1,6 +1,7 @@
-"""Load a workload file with models resolved by kvplan.model, and run it into its JSON document.
+"""Load a workload file with models resolved by kvplan.model, and run its experiment into a document.
 
-This is the one entry point that `kvplan simulate` and `kvplan check` share.
+The one entry point that `kvplan simulate` and `kvplan check` share: capacity, prefix and sharing
+experiments go to kvplan/replay/, serve experiments to the engine in kvplan/sim/.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import Sequence
 
 from kvplan.errors import KvplanError
 from kvplan.model.facts import model_facts
-from kvplan.sim.types import AllocatorSpec, Workload
-from kvplan.sim.workload import load_workload
+from kvplan.workload.records import AllocatorSpec, Workload
+from kvplan.workload.schema import load_workload
 
 
 def load(path: str | Path) -> Workload:
@@ -38,15 +39,15 @@ def document(workload: Workload, *, block_sizes: Sequence[int] | None = None,
     workload = with_block_sizes(workload, block_sizes)
     try:
         if workload.experiment == "capacity":
-            from kvplan.sim.static import capacity_document
+            from kvplan.replay.capacity import capacity_document
 
             return capacity_document(workload)
         if workload.experiment == "prefix":
-            from kvplan.sim.sharing_runs import prefix_document
+            from kvplan.replay.documents import prefix_document
 
             return prefix_document(workload, cache_blocks)
         if workload.experiment == "sharing":
-            from kvplan.sim.sharing_runs import sharing_document
+            from kvplan.replay.documents import sharing_document
 
             return sharing_document(workload)
         from kvplan.sim.engine import serve_document

@@ -12,9 +12,9 @@ import operator
 import re
 from typing import Any
 
-from kvplan.check_records import Check, Expect, Outcome, is_number, kind_of
+from kvplan.check.records import Check, Expect, Outcome, is_number, kind_of
 from kvplan.errors import KvplanError
-from kvplan.sim.yamlio import YamlNode, as_str
+from kvplan.workload.yaml_nodes import YamlNode, as_str
 
 OPS = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
        ">": operator.gt, "<": operator.lt}  # fmt: skip

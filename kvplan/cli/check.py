@@ -1,8 +1,7 @@
 """`kvplan check FILE`: run a check file's assertions; exit 0 when all pass, 1 when any fails.
 
-Registered in kvplan/cli.py with `app.command()(check)`. Bad input (the check file, a workload it
-names, the baseline, an option) raises KvplanError, which `kvplan.cli.main` turns into one line
-and exit code 2. Output files (--markdown, --update-baseline) are checked before any work and
+Bad input (the check file, a workload it names, the baseline, an option) raises KvplanError,
+which kvplan.cli.main turns into one line and exit code 2. Output files (--markdown, --update-baseline) are checked before any work and
 written atomically after it, so a run that fails on bad input leaves nothing behind.
 """
 
@@ -27,7 +26,7 @@ def check(
 
     Example: kvplan check workloads/checks.yaml --baseline workloads/checks-baseline.json
     """
-    from kvplan.checks import load_checks, run_checks
+    from kvplan.check.run import load_checks, run_checks
     from kvplan.report.files import atomic_write, check_writable
 
     if update_baseline and baseline is None:

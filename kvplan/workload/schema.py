@@ -50,14 +50,14 @@ import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
-from kvplan.sim.distributions import (
+from kvplan.workload.distributions import (
     AllAtOnce, Fixed, Lengths, Uniform, parse_arrival, parse_lengths, synthetic_requests,
 )  # fmt: skip
-from kvplan.sim.traces import TRACE_FORMATS, open_trace
-from kvplan.sim.types import (
+from kvplan.workload.traces import TRACE_FORMATS, open_trace
+from kvplan.workload.records import (
     AllocatorSpec, PoolSpec, SchedulerConfig, TimingConfig, Workload,
 )  # fmt: skip
-from kvplan.sim.yamlio import YamlList, YamlMap, as_int, as_map, load_yaml
+from kvplan.workload.yaml_nodes import YamlList, YamlMap, as_int, as_map, load_yaml
 
 EXPERIMENTS = ("capacity", "serve", "prefix", "sharing")
 MAX_REQUESTS = 50_000_000

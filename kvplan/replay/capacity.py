@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvplan.memory.capacity import CapacityResult, contiguous_capacity, paged_capacity_sweep
-from kvplan.sim.types import AllocatorSpec, Workload
+from kvplan.workload.records import AllocatorSpec, Workload
 
 
 @dataclass(frozen=True, slots=True)

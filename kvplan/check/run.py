@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvplan.check_baseline import MAX_BASELINE_BYTES, compare, load_baseline
-from kvplan.check_expr import OPS, threshold
-from kvplan.check_file import FAIL_ON, SIZE_KEYS, load_checks
-from kvplan.check_lookup import lookup, metric_path, select_entry
-from kvplan.check_records import (
+from kvplan.check.baseline import MAX_BASELINE_BYTES, compare, load_baseline
+from kvplan.check.expr import OPS, threshold
+from kvplan.check.file import FAIL_ON, SIZE_KEYS, load_checks
+from kvplan.check.lookup import lookup, metric_path, select_entry
+from kvplan.check.records import (
     BASELINE_FORMAT,
     Check,
     CheckReport,
@@ -95,7 +95,7 @@ def _size_doc(opts: dict) -> dict:
 
 def _simulate_doc(path: Path, opts: dict) -> dict:
     """What `kvplan simulate PATH --json` prints (`--block-sizes` as `block_sizes`)."""
-    from kvplan.sim.load import document, load
+    from kvplan.experiments import document, load
 
     return document(load(path), block_sizes=opts.get("block_sizes"))
 

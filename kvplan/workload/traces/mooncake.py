@@ -9,8 +9,8 @@ from typing import Iterator
 import numpy as np
 
 from kvplan.errors import TraceError
-from kvplan.sim.traces._rows import MOONCAKE_BLOCK, _field_int
-from kvplan.sim.types import RequestChunk
+from kvplan.workload.traces._rows import MOONCAKE_BLOCK, _field_int
+from kvplan.workload.records import RequestChunk
 
 
 def _mooncake_records(path: Path) -> Iterator[tuple[int, float, int, int, list]]:

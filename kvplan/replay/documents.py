@@ -13,10 +13,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
-from kvplan.sim.prefix import PrefixSpec, hit_rate_sweep, with_prefixes
-from kvplan.sim.sharing import MODES, PARENTS, sharing_savings
-from kvplan.sim.types import Workload
-from kvplan.sim.yamlio import YamlMap, as_int
+from kvplan.replay.prefix import PrefixSpec, hit_rate_sweep, with_prefixes
+from kvplan.replay.sharing import MODES, PARENTS, sharing_savings
+from kvplan.workload.records import Workload
+from kvplan.workload.yaml_nodes import YamlMap, as_int
 
 PREFIX_KEYS = ("system_prompts", "system_prompt_len", "popularity", "zipf_a", "turns", "sessions",
                "hash_block_size", "max_prompt_len")

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kvplan.check_records import BASELINE_FORMAT, Outcome, Tracked, is_number
+from kvplan.check.records import BASELINE_FORMAT, Outcome, Tracked, is_number
 from kvplan.errors import KvplanError, WorkloadError
 
 MAX_BASELINE_BYTES = 10 * 1024 * 1024

@@ -1,0 +1,39 @@
+"""`kvplan size MODEL`: KV bytes per token and per request, and what fits on a GPU."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from kvplan.cli.options import JsonOpt, KvDtypeOpt, TpOpt
+
+
+def size(
+    model: Annotated[str, typer.Argument(help="Model id (catalog, HF cache or hub) or path to a config.json.")],
+    tokens: Annotated[Optional[int], typer.Option(help="Tokens per request (default: the model's context).")] = None,
+    kv_dtype: KvDtypeOpt = "auto",
+    tp: TpOpt = 1,
+    batch: Annotated[int, typer.Option(help="Concurrent requests to check.")] = 1,
+    gpu: Annotated[Optional[str], typer.Option(help="GPU from the catalog (see `kvplan gpus`).")] = None,
+    gpu_memory_utilization: Annotated[Optional[float], typer.Option(help="Share of GPU memory for weights + KV, with --gpu (default 0.92, vLLM's).")] = None,
+    kv_memory: Annotated[Optional[str], typer.Option(help="KV memory per GPU, e.g. 40GiB (instead of --gpu).")] = None,
+    block_size: Annotated[int, typer.Option(help="Paged KV block size in tokens.")] = 16,
+    json: JsonOpt = False,
+) -> None:
+    """Bytes of KV per token and per request, and what fits on a GPU.
+
+    Example: kvplan size meta-llama/Meta-Llama-3-8B --gpu H100-80GB --tokens 8192
+    """
+    from kvplan.model.size import size as size_of
+
+    run = size_of(model, tokens=tokens, kv_dtype=kv_dtype, tp=tp, batch=batch, gpu=gpu,
+                  gpu_memory_utilization=gpu_memory_utilization, kv_memory=kv_memory, block_size=block_size)
+    if json:
+        from kvplan.report.output import emit_json
+
+        emit_json(run.to_dict())
+    else:
+        from kvplan.report.size_view import render_size
+
+        render_size(run.report, run.layout, list(run.notes))
