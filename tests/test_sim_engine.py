@@ -94,14 +94,14 @@ def test_conservation(seed):
         state.run(final=False)
     state.run(final=True)
     raw = state.raw()
-    assert raw.finish.size == wl.num_requests == int(state.st[K.S_DONE])
+    assert raw.finish.size == wl.num_requests == int(state.st[K.DONE])
     assert np.all(raw.arrival <= raw.admitted) and np.all(raw.admitted < raw.first_token)
     assert np.all(raw.first_token <= raw.finish) and raw.finish.max(initial=0) == raw.t_end
-    assert state.st[K.S_NRUN] == state.st[K.S_QL] == state.st[K.S_WL] == state.st[K.S_CPU] == 0
+    assert state.st[K.NUM_RUNNING] == state.st[K.REQUEUE_LEN] == state.st[K.SWAPPED_LEN] == state.st[K.SWAP_USED] == 0
     if setup.paged:
-        assert state.st[K.S_FREE] == setup.num_blocks
+        assert state.st[K.FREE_BLOCKS] == setup.num_blocks
     else:
-        assert state.st[K.S_NFR] == 1 and state.frl[0] == setup.slots
+        assert state.st[K.NUM_FREE_RUNS] == 1 and state.run_len[0] == setup.slots
     result = simulate(wl, spec)
     assert sum(result.breakdown.values()) == pytest.approx(1.0, abs=1e-12)
     assert all(v >= 0 for v in result.breakdown.values())
@@ -122,7 +122,7 @@ def test_engine_jumps_over_most_steps():
     for chunk in prepared_chunks(wl, setup):
         state.load(chunk)
     state.run(final=True)
-    assert state.st[K.S_STEPS] == 20 * 40 and state.st[K.S_EVENTS] <= 3 * 20
+    assert state.st[K.STEPS] == 20 * 40 and state.st[K.EVENTS] <= 3 * 20
 
 
 def test_timeline_is_evenly_spaced_after_downsampling():
@@ -189,8 +189,8 @@ def test_block_sums_match_brute_force(b, h):
 
 def test_jump_time_matches_step_by_step():
     """Breaks if the closed-form time of k decode steps differs from summing step_dt."""
-    cf = np.zeros(K.NCONF, dtype=np.int64)
-    cf[K.C_TIMED], cf[K.C_OVH], cf[K.C_W], cf[K.C_KV], cf[K.C_FLOP] = 1, 7, 1000, 13, 900
+    cf = np.zeros(K.NUM_SETTINGS, dtype=np.int64)
+    cf[K.TIMED], cf[K.OVERHEAD], cf[K.WEIGHT_TICKS], cf[K.KV_TICKS], cf[K.FLOP_TICKS] = 1, 7, 1000, 13, 900
     for h0, n in ((0, 1), (50, 3), (500, 8), (10, 40)):
         flat, base, slope, jstar = K.jump_params(cf, h0, n)
         steps = [K.step_dt(cf, h0 + n * j, n) for j in range(60)]

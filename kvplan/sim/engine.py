@@ -5,7 +5,7 @@ the same result to the last bit; it is fast because it does not step token by to
 events (an arrival that could be admitted, a finish, a block the pool cannot serve, a prefill)
 the running batch only decodes, and the compiled kernel (`kernel.py`) advances over all those
 steps in one closed-form jump. Requests are read lazily chunk by chunk; per request the engine
-keeps one row of 12 int64 (96 bytes), and the running batch is a small array of request ids.
+keeps one row of 12 int64 (96 bytes, named in kernel.py), and the running batch is a small array of request ids.
 """
 
 from __future__ import annotations
@@ -25,18 +25,18 @@ EVENTS_PER_CALL = 200_000  # kernel events between progress reports
 
 def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
     s, c = setup.sched, setup.clock
-    cf = np.zeros(K.NCONF, dtype=np.int64)
+    cfg = np.zeros(K.NUM_SETTINGS, dtype=np.int64)
     values = {
-        K.C_PAGED: setup.paged, K.C_B: setup.block_size, K.C_NB: setup.num_blocks,
-        K.C_SLOTS: setup.slots, K.C_SEQS: s.max_num_seqs, K.C_TOK: s.max_num_batched_tokens,
-        K.C_CHUNK: s.chunked_prefill, K.C_SWAP: s.preemption == "swap",
-        K.C_SWSLOTS: s.swap_slots, K.C_TIMED: c.timed, K.C_OVH: c.overhead, K.C_W: c.weights,
-        K.C_KV: c.kv_per_token, K.C_FLOP: c.compute_per_token, K.C_TAIL: setup.tail_slots,
-        K.C_TLMAX: timeline_points, K.C_QCAP: s.max_num_seqs + 1,
+        K.PAGED: setup.paged, K.BLOCK_SIZE: setup.block_size, K.NUM_BLOCKS: setup.num_blocks,
+        K.SLOTS: setup.slots, K.MAX_SEQS: s.max_num_seqs, K.TOKEN_BUDGET: s.max_num_batched_tokens,
+        K.CHUNKED_PREFILL: s.chunked_prefill, K.SWAP: s.preemption == "swap",
+        K.SWAP_SLOTS: s.swap_slots, K.TIMED: c.timed, K.OVERHEAD: c.overhead, K.WEIGHT_TICKS: c.weights,
+        K.KV_TICKS: c.kv_per_token, K.FLOP_TICKS: c.compute_per_token, K.TAIL_SLOTS: setup.tail_slots,
+        K.MAX_SAMPLES: timeline_points, K.QUEUE_CAP: s.max_num_seqs + 1,
     }  # fmt: skip
     for key, value in values.items():
-        cf[key] = int(value)
-    return cf
+        cfg[key] = int(value)
+    return cfg
 
 
 class KernelState:
@@ -47,77 +47,80 @@ class KernelState:
             raise ValueError(f"timeline points must be an even number >= 2, got {timeline_points}")
         self.setup = setup
         seqs = setup.sched.max_num_seqs
-        self.cf = _config(setup, timeline_points)
-        self.st = np.zeros(K.NSTATE, dtype=np.int64)
-        self.st[K.S_FREE] = setup.num_blocks if setup.paged else 0
-        self.st[K.S_TLD] = initial_delta(setup.clock)
-        self.rq = np.zeros((0, K.NFIELDS), dtype=np.int64)
-        self.runq = np.zeros(seqs, dtype=np.int64)
-        self.work = np.zeros(seqs, dtype=np.int64)
-        self.qbuf = np.zeros(seqs + 1, dtype=np.int64)
-        self.wbuf = np.zeros(seqs + 1, dtype=np.int64)
-        self.frs = np.zeros(seqs + 2, dtype=np.int64)
-        self.frl = np.zeros(seqs + 2, dtype=np.int64)
-        self.frl[0] = setup.slots
-        self.st[K.S_NFR] = 1
-        self.tl = np.zeros((timeline_points, 8), dtype=np.int64)
-        self.acc = np.zeros((K.NACC, 4), dtype=np.int64)
+        self.cfg = _config(setup, timeline_points)
+        self.st = np.zeros(K.NUM_SCALARS, dtype=np.int64)
+        self.st[K.FREE_BLOCKS] = setup.num_blocks if setup.paged else 0
+        self.st[K.SAMPLE_EVERY] = initial_delta(setup.clock)
+        self.req = np.zeros((0, K.NUM_COLUMNS), dtype=np.int64)
+        self.running = np.zeros(seqs, dtype=np.int64)
+        self.sched = np.zeros(seqs, dtype=np.int64)
+        self.requeued = np.zeros(seqs + 1, dtype=np.int64)
+        self.swapped = np.zeros(seqs + 1, dtype=np.int64)
+        self.run_start = np.zeros(seqs + 2, dtype=np.int64)
+        self.run_len = np.zeros(seqs + 2, dtype=np.int64)
+        self.run_len[0] = setup.slots
+        self.st[K.NUM_FREE_RUNS] = 1
+        self.timeline = np.zeros((timeline_points, 8), dtype=np.int64)
+        self.acc = np.zeros((K.NUM_INTEGRALS, 4), dtype=np.int64)
         self.clipped = 0
 
     @property
     def loaded(self) -> int:
-        return int(self.st[K.S_NLOAD])
+        return int(self.st[K.LOADED])
 
     def load(self, chunk: PreparedChunk) -> None:
         """Append a chunk's requests (growing the table by doubling)."""
         n, m = self.loaded, len(chunk)
-        if n + m > len(self.rq):
-            grown = np.zeros((max(2 * len(self.rq), n + m, 1024), K.NFIELDS), dtype=np.int64)
-            grown[:n] = self.rq[:n]
-            self.rq = grown
-        rows = self.rq[n:n + m]
+        if n + m > len(self.req):
+            grown = np.zeros((max(2 * len(self.req), n + m, 1024), K.NUM_COLUMNS), dtype=np.int64)
+            grown[:n] = self.req[:n]
+            self.req = grown
+        rows = self.req[n:n + m]
         rows[:] = 0
-        rows[:, K.ARR], rows[:, K.PRM], rows[:, K.OUT] = chunk.arrival, chunk.prompt, chunk.output
-        rows[:, K.TGT], rows[:, K.RSV] = chunk.prompt, chunk.reserve
-        rows[:, K.ADM:K.FIN + 1] = -1  # admitted, first token, finish: not yet
+        rows[:, K.ARRIVAL], rows[:, K.PROMPT] = chunk.arrival, chunk.prompt
+        rows[:, K.OUTPUT] = chunk.output
+        rows[:, K.PREFILL_END], rows[:, K.RESERVED] = chunk.prompt, chunk.reserve
+        rows[:, K.ADMITTED_AT:K.FINISHED_AT + 1] = -1  # admitted, first token, finish: not yet
         if n == 0:
-            self.st[K.S_T] = self.st[K.S_ORIGIN] = chunk.arrival[0]
-        self.st[K.S_NLOAD] = n + m
+            self.st[K.NOW] = self.st[K.ORIGIN] = chunk.arrival[0]
+        self.st[K.LOADED] = n + m
         self.clipped += chunk.clipped
 
     def run(self, final: bool, progress: Callable[[int, int], None] | None = None) -> None:
         """Simulate as far as the loaded requests allow (to the end when `final`)."""
         if self.loaded == 0:
             return
-        self.st[K.S_FINAL] = int(final)
+        self.st[K.ALL_LOADED] = int(final)
         while True:
-            code = K.run(self.cf, self.st, self.rq, self.runq, self.work, self.qbuf, self.wbuf,
-                         self.frs, self.frl, self.tl, self.acc, EVENTS_PER_CALL)
+            code = K.run(self.cfg, self.st, self.req, self.running, self.sched, self.requeued,
+                         self.swapped, self.run_start, self.run_len, self.timeline, self.acc,
+                         EVENTS_PER_CALL)
             if progress is not None:
-                progress(int(self.st[K.S_DONE]), self.loaded)
+                progress(int(self.st[K.DONE]), self.loaded)
             if code != 2:
                 return
 
     def raw(self) -> RawRun:
         n = self.loaded
-        rq, st = self.rq[:n], self.st
-        if n and int(st[K.S_DONE]) != n:
-            left = n - int(st[K.S_DONE])
+        req, st = self.req[:n], self.st
+        if n and int(st[K.DONE]) != n:
+            left = n - int(st[K.DONE])
             raise AssertionError(f"the simulation ended with {left} requests unfinished")
         integrals = {name: sum(int(limb) << (31 * i) for i, limb in enumerate(self.acc[row]))
                      for row, name in enumerate(INTEGRALS)}
 
         def col(field):
-            return rq[:, field].copy()
+            return req[:, field].copy()
 
         return RawRun(
-            arrival=col(K.ARR), admitted=col(K.ADM), first_token=col(K.FTOK), finish=col(K.FIN),
-            prompt=col(K.PRM), output=col(K.OUT), preemptions=col(K.NPRE), clipped=self.clipped,
-            steps=int(st[K.S_STEPS]), preemptions_total=int(st[K.S_PRE]),
-            swap_outs=int(st[K.S_SWO]), recomputed_tokens=int(st[K.S_RECOMP]),
-            peak_running=int(st[K.S_PEAK]), t_origin=int(st[K.S_ORIGIN]), t_end=int(st[K.S_T]),
-            integrals=integrals, timeline=self.tl[:int(st[K.S_TLN])].copy(),
-            timeline_delta=int(st[K.S_TLD]),
+            arrival=col(K.ARRIVAL), admitted=col(K.ADMITTED_AT), first_token=col(K.FIRST_TOKEN_AT),
+            finish=col(K.FINISHED_AT), prompt=col(K.PROMPT), output=col(K.OUTPUT),
+            preemptions=col(K.PREEMPTED), clipped=self.clipped,
+            steps=int(st[K.STEPS]), preemptions_total=int(st[K.PREEMPTIONS]),
+            swap_outs=int(st[K.SWAP_OUTS]), recomputed_tokens=int(st[K.RECOMPUTED]),
+            peak_running=int(st[K.PEAK_RUNNING]), t_origin=int(st[K.ORIGIN]), t_end=int(st[K.NOW]),
+            integrals=integrals, timeline=self.timeline[:int(st[K.SAMPLES])].copy(),
+            timeline_delta=int(st[K.SAMPLE_EVERY]),
         )  # fmt: skip
 
 

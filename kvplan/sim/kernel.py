@@ -3,17 +3,32 @@
 Every compiled function lives in this one file on purpose: numba's on-disk cache is invalidated
 per source file, so a callee in another file could be edited and leave a stale compiled caller.
 
-State is plain int64 arrays (see `engine.KernelState`): `rq[request, field]` per request, `st`
-scalars, `cf` constants, `runq` the running batch in admission order, `work` its tokens this step,
-`qbuf`/`wbuf` ring buffers for the requeued and swapped queues, `frs`/`frl` the contiguous free
-runs, `tl` the timeline, `acc` the time integrals as 128-bit integers in four base-2**31 limbs.
+The state is plain int64 arrays, made and loaded by `engine.KernelState`; each index below has a
+name and a one-line meaning. The arrays every function takes, always in this order:
 
-A jump covers k decode-only steps in which nothing can change but token counts: every running
-request decodes, none finishes before step k - 1, no admission is possible (the head of the queue
-does not fit, and memory only shrinks while nobody finishes), no preemption is needed (the blocks
-the k steps take fit in the free pool), and no arrival could be admitted. Its time, integrals,
-blocks and timeline samples are summed in closed form, in integers, so they equal the
-step-by-step sums exactly.
+    cfg        settings of the run, fixed from start to end      cfg[SETTING]
+    st         scalar state: the clock, queue heads, counters    st[SCALAR]
+    req        one row per loaded request, in arrival order     req[rid, COLUMN]
+    running    the running batch: request ids in admission order, running[0:st[NUM_RUNNING]]
+    sched      tokens scheduled this step for running[i]
+    requeued   ring buffer of requests preempted by recompute; they wait ahead of new arrivals
+    swapped    ring buffer of requests swapped out to the CPU pool; they resume first
+    run_start, run_len   contiguous allocators: the free runs of slots, sorted by start
+    timeline   memory samples at fixed times, one row each (columns in `record_sample`)
+    acc        time integrals as exact 124-bit sums: acc[ACC_ROW, limb], four limbs of 31 bits
+
+The waiting queue is the requeued ring first, then the arrivals from req[st[NEXT_FRESH]] on
+whose arrival tick has passed.
+
+The three rules that decide everything, each on one screen below: `admit` (FCFS admission while
+memory, max_num_seqs and the token budget allow, no skipping), `schedule_running` with `preempt`
+(the running batch first; when blocks run out the most recently admitted request is preempted),
+and `try_jump` with `do_jump` (the closed-form jump). A jump covers k decode-only steps in which
+nothing can change but token counts: every running request decodes, none finishes before step
+k - 1, no admission is possible (the head of the queue does not fit, and memory only shrinks
+while nobody finishes), no preemption is needed (the blocks the k steps take fit in the free
+pool), and no arrival could be admitted. Its time, integrals, blocks and timeline samples are
+summed in closed form, in integers, so they equal the step-by-step sums exactly.
 """
 
 from __future__ import annotations
@@ -28,22 +43,81 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps the 
         return args[0] if args and callable(args[0]) else (lambda f: f)
 
 
-# request fields: rq[rid, field]
-ARR, PRM, OUT, GEN, HELD, TGT, NBLK, RSV, ADM, FTOK, FIN, NPRE = range(12)
-NFIELDS = 12
-# scalar state: st[...]
-(S_T, S_FRESH, S_NLOAD, S_FINAL, S_NRUN, S_FREE, S_CPU, S_QH, S_QL, S_WH, S_WL, S_NFR, S_STEPS,
- S_PRE, S_SWO, S_RECOMP, S_PEAK, S_DONE, S_ORIGIN, S_TLK, S_TLD, S_TLN, S_EVENTS,
- S_JUMPS) = range(24)
-NSTATE = 24
-# constants: cf[...]
-(C_PAGED, C_B, C_NB, C_SLOTS, C_SEQS, C_TOK, C_CHUNK, C_SWAP, C_SWSLOTS, C_TIMED, C_OVH, C_W,
- C_KV, C_FLOP, C_TAIL, C_TLMAX, C_QCAP) = range(17)
-NCONF = 17
-# time integrals: acc[row, limb]. Values passed to compiled functions are np.int64, not Python
-# ints: numba compiles a separate copy of a function for every distinct int literal argument.
-A_TIME, A_RUN, A_TOK, A_ALLOC, A_FINAL, A_EXT = (np.int64(i) for i in range(6))
-NACC = 6
+# -- req[rid, COLUMN]: one row per request ---------------------------------------------------------
+ARRIVAL = 0         # tick it arrives
+PROMPT = 1          # prompt tokens
+OUTPUT = 2          # output tokens it generates in all
+GENERATED = 3       # output tokens generated so far
+HELD = 4            # tokens whose KV is computed and kept (prompt and output so far)
+PREFILL_END = 5     # HELD must reach this before it samples again: the prompt, or after a recompute
+                    # preemption the prompt plus what it had generated
+BLOCKS = 6          # paged: blocks it holds now
+START = 6           # contiguous: the first slot of its reservation (the same column as BLOCKS)
+RESERVED = 7        # contiguous: slots reserved at admission by the policy; paged: unused
+ADMITTED_AT = 8     # tick of its first admission (-1 before)
+FIRST_TOKEN_AT = 9  # tick its first output token came out (-1 before)
+FINISHED_AT = 10    # tick it finished (-1 before)
+PREEMPTED = 11      # times it was preempted
+NUM_COLUMNS = 12
+
+# -- st[SCALAR]: the scalar state ------------------------------------------------------------------
+NOW = 0             # the clock, in ticks
+NEXT_FRESH = 1      # first request that has never left the arrivals (before it: admitted once)
+LOADED = 2          # requests loaded into req so far
+ALL_LOADED = 3      # 1 once the last chunk is loaded (else stop before passing the last arrival)
+NUM_RUNNING = 4     # requests in the running batch
+FREE_BLOCKS = 5     # paged: free blocks in the pool
+SWAP_USED = 6       # token slots in use in the CPU swap pool
+REQUEUE_HEAD = 7    # index in `requeued` of the first request waiting after a recompute preemption
+REQUEUE_LEN = 8     # requests in `requeued`
+SWAPPED_HEAD = 9    # index in `swapped` of the first swapped-out request
+SWAPPED_LEN = 10    # requests in `swapped`
+NUM_FREE_RUNS = 11  # contiguous: free runs in run_start/run_len
+STEPS = 12          # scheduler steps simulated (a jump of k steps counts k)
+PREEMPTIONS = 13    # preemptions in all
+SWAP_OUTS = 14      # preemptions that swapped out rather than recomputed
+RECOMPUTED = 15     # tokens whose KV recompute preemptions dropped
+PEAK_RUNNING = 16   # largest running batch of any step
+DONE = 17           # requests finished
+ORIGIN = 18         # tick of the first arrival: timeline samples fall at ORIGIN + k x SAMPLE_EVERY
+SAMPLE_K = 19       # k of the next timeline sample
+SAMPLE_EVERY = 20   # ticks between timeline samples (doubles whenever the buffer fills)
+SAMPLES = 21        # rows of `timeline` in use
+EVENTS = 22         # loop iterations: steps, jumps and idle gaps
+JUMPS = 23          # closed-form jumps taken
+NUM_SCALARS = 24
+
+# -- cfg[SETTING]: fixed for the run ---------------------------------------------------------------
+PAGED = 0           # 1 paged, 0 contiguous
+BLOCK_SIZE = 1      # paged: tokens per block
+NUM_BLOCKS = 2      # paged: blocks in the pool
+SLOTS = 3           # token slots in the pool
+MAX_SEQS = 4        # max_num_seqs
+TOKEN_BUDGET = 5    # max_num_batched_tokens: tokens one step may process
+CHUNKED_PREFILL = 6 # 1 when a prefill may be split across steps
+SWAP = 7            # 1 when preemption swaps out (falling back to recompute when the CPU pool is full)
+SWAP_SLOTS = 8      # token slots of the CPU swap pool
+TIMED = 9           # 1 when steps take modelled time; 0: every step is one tick
+OVERHEAD = 10       # ticks every step costs regardless of its work
+WEIGHT_TICKS = 11   # ticks to read the weights once
+KV_TICKS = 12       # ticks to read one token's KV
+FLOP_TICKS = 13     # ticks of compute per processed token
+TAIL_SLOTS = 14     # paged: pool slots beyond the last whole block (external fragmentation)
+MAX_SAMPLES = 15    # rows of `timeline`
+QUEUE_CAP = 16      # capacity of the `requeued` and `swapped` rings
+NUM_SETTINGS = 17
+
+# -- acc[ACC_ROW, limb]: time integrals of ... dt ----------------------------------------------------
+# np.int64, not Python ints: numba compiles a separate copy of a function for every distinct int
+# literal argument.
+ACC_TIME = np.int64(0)       # dt: the simulated time
+ACC_RUNNING = np.int64(1)    # running requests x dt
+ACC_TOKENS = np.int64(2)     # tokens held x dt
+ACC_ALLOCATED = np.int64(3)  # slots allocated x dt
+ACC_FINAL_LEN = np.int64(4)  # contiguous: final lengths of the running requests x dt
+ACC_EXTERNAL = np.int64(5)   # externally fragmented slots x dt
+NUM_INTEGRALS = 6
+
 ZERO, ONE = np.int64(0), np.int64(1)
 KCAP = 1 << 16  # longest jump: keeps every closed-form partial sum inside int64
 INF = 1 << 62
@@ -56,11 +130,11 @@ M31 = (1 << 31) - 1
 def mac(acc, row, x, y):
     """acc[row] += x * y exactly, for 0 <= x, y < 2**62 (limbs of 31 bits, no int64 overflow)."""
     x0, x1, y0, y1 = x & M31, x >> 31, y & M31, y >> 31
-    p0, p1, p2 = x0 * y0, x0 * y1 + x1 * y0, x1 * y1
-    acc[row, 0] += p0 & M31
-    acc[row, 1] += (p0 >> 31) + (p1 & M31)
-    acc[row, 2] += (p1 >> 31) + (p2 & M31)
-    acc[row, 3] += p2 >> 31
+    lo, mid, hi = x0 * y0, x0 * y1 + x1 * y0, x1 * y1
+    acc[row, 0] += lo & M31
+    acc[row, 1] += (lo >> 31) + (mid & M31)
+    acc[row, 2] += (mid >> 31) + (hi & M31)
+    acc[row, 3] += hi >> 31
     for i in range(3):
         acc[row, i + 1] += acc[row, i] >> 31
         acc[row, i] &= M31
@@ -72,30 +146,30 @@ def cdiv(a, b):
 
 
 @njit(cache=True)
-def s1(n):
+def sum_i(n):
     """Sum of i for 0 <= i < n."""
     return n * (n - 1) // 2
 
 
 @njit(cache=True)
-def s2(n):
+def sum_i2(n):
     """Sum of i**2 for 0 <= i < n."""
     return (n - 1) * n * (2 * n - 1) // 6 if n > 0 else 0
 
 
 @njit(cache=True)
-def p1(v, b):
+def floor_sum(v, b):
     """Sum of floor(u / b) for 0 <= u < v."""
     q = v // b
-    return b * s1(q) + (v - q * b) * q
+    return b * sum_i(q) + (v - q * b) * q
 
 
 @njit(cache=True)
-def p2(v, b):
+def floor_sum_i(v, b):
     """Sum of u * floor(u / b) for 0 <= u < v."""
     q = v // b
     r = v - q * b
-    return b * b * s2(q) + (b * (b - 1) // 2) * s1(q) + q * (r * q * b + r * (r - 1) // 2)
+    return b * b * sum_i2(q) + (b * (b - 1) // 2) * sum_i(q) + q * (r * q * b + r * (r - 1) // 2)
 
 
 @njit(cache=True)
@@ -104,39 +178,41 @@ def block_sums(h, length, b):
     step i (ceil((h + i + 1) / b)), and the same sum weighted by i."""
     q0 = h // b
     r0 = h - q0 * b
-    d1 = p1(r0 + length, b) - p1(r0, b)
-    d2 = p2(r0 + length, b) - p2(r0, b)
-    return length * (q0 + 1) + d1, (q0 + 1) * s1(length) + d2 - r0 * d1
+    d1 = floor_sum(r0 + length, b) - floor_sum(r0, b)
+    d2 = floor_sum_i(r0 + length, b) - floor_sum_i(r0, b)
+    return length * (q0 + 1) + d1, (q0 + 1) * sum_i(length) + d2 - r0 * d1
 
 
 # -- step time -----------------------------------------------------------------------------------
 
 
 @njit(cache=True)
-def step_dt(cf, kv_read, tokens):
-    if cf[C_TIMED] == 0:
+def step_dt(cfg, kv_read, tokens):
+    """Ticks of one step that reads kv_read tokens of KV and processes `tokens` (the roofline:
+    overhead + max(weights + KV read, compute); see timing.py)."""
+    if cfg[TIMED] == 0:
         return 1
-    memory = cf[C_W] + cf[C_KV] * kv_read
-    compute = cf[C_FLOP] * tokens
-    return cf[C_OVH] + (memory if memory > compute else compute)
+    memory = cfg[WEIGHT_TICKS] + cfg[KV_TICKS] * kv_read
+    compute = cfg[FLOP_TICKS] * tokens
+    return cfg[OVERHEAD] + (memory if memory > compute else compute)
 
 
 @njit(cache=True)
-def jump_params(cf, h0, n):
+def jump_params(cfg, h0, n):
     """Decode steps j = 0, 1, ... of n requests holding h0 tokens: dt_j = flat for j < jstar,
     then base + slope * j (the KV read grows by n tokens a step)."""
-    if cf[C_TIMED] == 0:
+    if cfg[TIMED] == 0:
         return 1, 0, 0, INF
-    memory = cf[C_W] + cf[C_KV] * h0
-    compute = cf[C_FLOP] * n
-    slope = cf[C_KV] * n
+    memory = cfg[WEIGHT_TICKS] + cfg[KV_TICKS] * h0
+    compute = cfg[FLOP_TICKS] * n
+    slope = cfg[KV_TICKS] * n
     if memory >= compute:
         jstar = 0
     elif slope == 0:
         jstar = INF
     else:
         jstar = cdiv(compute - memory, slope)
-    return cf[C_OVH] + compute, cf[C_OVH] + memory, slope, jstar
+    return cfg[OVERHEAD] + compute, cfg[OVERHEAD] + memory, slope, jstar
 
 
 @njit(cache=True)
@@ -144,7 +220,7 @@ def cum(j, flat, base, slope, jstar):
     """Ticks taken by the first j steps of a jump."""
     total = (j if j < jstar else jstar) * flat
     if j > jstar:
-        total += (j - jstar) * base + slope * (s1(j) - s1(jstar))
+        total += (j - jstar) * base + slope * (sum_i(j) - sum_i(jstar))
     return total
 
 
@@ -152,12 +228,12 @@ def cum(j, flat, base, slope, jstar):
 
 
 @njit(cache=True)
-def arrived_by(st, rq, x):
-    """Index of the first loaded request (from the fresh pointer on) arriving after tick x."""
-    lo, hi = st[S_FRESH], st[S_NLOAD]
+def arrived_by(st, req, x):
+    """Index of the first loaded request (from NEXT_FRESH on) arriving after tick x."""
+    lo, hi = st[NEXT_FRESH], st[LOADED]
     while lo < hi:
         mid = (lo + hi) // 2
-        if rq[mid, ARR] <= x:
+        if req[mid, ARRIVAL] <= x:
             lo = mid + 1
         else:
             hi = mid
@@ -165,99 +241,103 @@ def arrived_by(st, rq, x):
 
 
 @njit(cache=True)
-def waiting_head(st, rq, qbuf):
+def waiting_head(st, req, requeued):
     """The request at the front of the waiting queue (requeued first, then arrivals), or -1."""
-    if st[S_QL] > 0:
-        return qbuf[st[S_QH]]
-    f = st[S_FRESH]
-    if f < st[S_NLOAD] and rq[f, ARR] <= st[S_T]:
+    if st[REQUEUE_LEN] > 0:
+        return requeued[st[REQUEUE_HEAD]]
+    f = st[NEXT_FRESH]
+    if f < st[LOADED] and req[f, ARRIVAL] <= st[NOW]:
         return f
     return -1
 
 
 @njit(cache=True)
-def pop_head(cf, st):
-    if st[S_QL] > 0:
-        st[S_QH] = (st[S_QH] + 1) % cf[C_QCAP]
-        st[S_QL] -= 1
+def pop_head(cfg, st):
+    """Take the head off the waiting queue (see waiting_head)."""
+    if st[REQUEUE_LEN] > 0:
+        st[REQUEUE_HEAD] = (st[REQUEUE_HEAD] + 1) % cfg[QUEUE_CAP]
+        st[REQUEUE_LEN] -= 1
     else:
-        st[S_FRESH] += 1
+        st[NEXT_FRESH] += 1
 
 
 @njit(cache=True)
-def waiting_count(st, rq, when):
-    return st[S_QL] + st[S_WL] + arrived_by(st, rq, when) - st[S_FRESH]
+def waiting_count(st, req, when):
+    """Requests waiting at tick `when`: requeued, swapped out, and arrived but never admitted."""
+    return st[REQUEUE_LEN] + st[SWAPPED_LEN] + arrived_by(st, req, when) - st[NEXT_FRESH]
 
 
 # -- contiguous free runs (first fit, coalesced, sorted by start) --------------------------------
 
 
 @njit(cache=True)
-def first_fit(st, frs, frl, need):
-    nfr = st[S_NFR]
+def first_fit(st, run_start, run_len, need):
+    """Cut `need` slots from the first free run that holds them; its start, or -1."""
+    nfr = st[NUM_FREE_RUNS]
     for j in range(nfr):
-        if frl[j] >= need:
-            start = frs[j]
-            if frl[j] == need:
+        if run_len[j] >= need:
+            start = run_start[j]
+            if run_len[j] == need:
                 for m in range(j, nfr - 1):
-                    frs[m], frl[m] = frs[m + 1], frl[m + 1]
-                st[S_NFR] = nfr - 1
+                    run_start[m], run_len[m] = run_start[m + 1], run_len[m + 1]
+                st[NUM_FREE_RUNS] = nfr - 1
             else:
-                frs[j] += need
-                frl[j] -= need
+                run_start[j] += need
+                run_len[j] -= need
             return start
     return -1
 
 
 @njit(cache=True)
-def free_run(st, frs, frl, start, length):
-    nfr = st[S_NFR]
+def free_run(st, run_start, run_len, start, length):
+    """Return a run of slots to the free list, merging it with its neighbours."""
+    nfr = st[NUM_FREE_RUNS]
     i = 0
-    while i < nfr and frs[i] < start:
+    while i < nfr and run_start[i] < start:
         i += 1
-    after = i < nfr and start + length == frs[i]
-    before = i > 0 and frs[i - 1] + frl[i - 1] == start
+    after = i < nfr and start + length == run_start[i]
+    before = i > 0 and run_start[i - 1] + run_len[i - 1] == start
     if before and after:
-        frl[i - 1] += length + frl[i]
+        run_len[i - 1] += length + run_len[i]
         for m in range(i, nfr - 1):
-            frs[m], frl[m] = frs[m + 1], frl[m + 1]
-        st[S_NFR] = nfr - 1
+            run_start[m], run_len[m] = run_start[m + 1], run_len[m + 1]
+        st[NUM_FREE_RUNS] = nfr - 1
     elif before:
-        frl[i - 1] += length
+        run_len[i - 1] += length
     elif after:
-        frs[i] = start
-        frl[i] += length
+        run_start[i] = start
+        run_len[i] += length
     else:
         for m in range(nfr, i, -1):
-            frs[m], frl[m] = frs[m - 1], frl[m - 1]
-        frs[i], frl[i] = start, length
-        st[S_NFR] = nfr + 1
+            run_start[m], run_len[m] = run_start[m - 1], run_len[m - 1]
+        run_start[i], run_len[i] = start, length
+        st[NUM_FREE_RUNS] = nfr + 1
 
 
 @njit(cache=True)
-def largest_run(st, frl):
+def largest_run(st, run_len):
     best = 0
-    for j in range(st[S_NFR]):
-        best = max(best, frl[j])
+    for j in range(st[NUM_FREE_RUNS]):
+        best = max(best, run_len[j])
     return best
 
 
 @njit(cache=True)
-def external(cf, st, rq, qbuf, frl):
+def external(cfg, st, req, requeued, run_len):
     """Paged: the tail slots. Contiguous: free runs too short for the waiting head, when the free
     slots in total would hold it (else a plain shortage: 0)."""
-    if cf[C_PAGED] != 0:
-        return cf[C_TAIL]
-    head = waiting_head(st, rq, qbuf)
+    if cfg[PAGED] != 0:
+        return cfg[TAIL_SLOTS]
+    head = waiting_head(st, req, requeued)
     if head < 0:
         return 0
-    need = rq[head, RSV]
+    need = req[head, RESERVED]
     total = 0
     short = 0
-    for j in range(st[S_NFR]):
-        total += frl[j]
-        if frl[j] < need:
-            short += frl[j]
+    for j in range(st[NUM_FREE_RUNS]):
+        total += run_len[j]
+        if run_len[j] < need:
+            short += run_len[j]
     return short if total >= need else 0
 
 
@@ -265,201 +345,231 @@ def external(cf, st, rq, qbuf, frl):
 
 
 @njit(cache=True)
-def tokens_for(cf, rq, rid, budget):
-    held, tgt = rq[rid, HELD], rq[rid, TGT]
+def tokens_for(cfg, req, rid, budget):
+    """Tokens request rid would process this step within `budget`: 1 when decoding; its whole
+    prefill (or, chunked, as much as fits); 0 when an unchunked prefill does not fit."""
+    held, tgt = req[rid, HELD], req[rid, PREFILL_END]
     if held >= tgt:
         return 1 if budget >= 1 else 0
     rest = tgt - held
-    if cf[C_CHUNK] != 0:
+    if cfg[CHUNKED_PREFILL] != 0:
         return rest if rest < budget else budget
     return rest if rest <= budget else 0
 
 
 @njit(cache=True)
-def held_after(rq, rid, n):
-    held, tgt = rq[rid, HELD], rq[rid, TGT]
+def held_after(req, rid, n):
+    """Tokens held after processing n: a prefill that completes also samples its first token."""
+    held, tgt = req[rid, HELD], req[rid, PREFILL_END]
     if held < tgt and held + n == tgt:
         return held + n + 1
     return held + n
 
 
 @njit(cache=True)
-def release(cf, st, rq, frs, frl, rid):
-    if cf[C_PAGED] != 0:
-        st[S_FREE] += rq[rid, NBLK]
+def release(cfg, st, req, run_start, run_len, rid):
+    """Give a finished request's memory back: its blocks, or its reserved run of slots."""
+    if cfg[PAGED] != 0:
+        st[FREE_BLOCKS] += req[rid, BLOCKS]
     else:
-        free_run(st, frs, frl, rq[rid, NBLK], rq[rid, RSV])
+        free_run(st, run_start, run_len, req[rid, START], req[rid, RESERVED])
 
 
 # -- timeline --------------------------------------------------------------------------------------
 
 
 @njit(cache=True)
-def tl_next(st):
-    return st[S_ORIGIN] + st[S_TLK] * st[S_TLD]
+def next_sample_at(st):
+    """Tick of the next timeline sample."""
+    return st[ORIGIN] + st[SAMPLE_K] * st[SAMPLE_EVERY]
 
 
 @njit(cache=True)
-def tl_record(cf, st, tl, when, n, waiting, tokens, reserved, internal, ext, free):
-    """Append one sample; on a full buffer keep every other sample and double the spacing."""
-    i = st[S_TLN]
-    tl[i, 0], tl[i, 1], tl[i, 2], tl[i, 3] = when, n, waiting, tokens
-    tl[i, 4], tl[i, 5], tl[i, 6], tl[i, 7] = reserved, internal, ext, free
-    st[S_TLN] = i + 1
-    st[S_TLK] += 1
-    if st[S_TLN] == cf[C_TLMAX]:
-        half = cf[C_TLMAX] // 2
+def record_sample(cfg, st, timeline, when, n, waiting, tokens, reserved, internal, ext, free):
+    """Append one sample; on a full buffer keep every other sample and double the spacing.
+
+    Columns: tick, running, waiting, tokens held, reserved, internal, external, free slots.
+    """
+    i = st[SAMPLES]
+    timeline[i, 0], timeline[i, 1], timeline[i, 2], timeline[i, 3] = when, n, waiting, tokens
+    timeline[i, 4], timeline[i, 5], timeline[i, 6], timeline[i, 7] = reserved, internal, ext, free
+    st[SAMPLES] = i + 1
+    st[SAMPLE_K] += 1
+    if st[SAMPLES] == cfg[MAX_SAMPLES]:
+        half = cfg[MAX_SAMPLES] // 2
         for j in range(half):
             for c in range(8):
-                tl[j, c] = tl[2 * j, c]
-        st[S_TLN] = half
-        st[S_TLD] *= 2
-        st[S_TLK] = half
+                timeline[j, c] = timeline[2 * j, c]
+        st[SAMPLES] = half
+        st[SAMPLE_EVERY] *= 2
+        st[SAMPLE_K] = half
 
 
 @njit(cache=True)
-def parts(cf, tokens, alloc, final, ext):
+def memory_parts(cfg, tokens, alloc, final, ext):
     """(reserved, internal, free) from tokens, allocated, final lengths and external slots."""
-    if cf[C_PAGED] != 0:
-        return 0, alloc - tokens, cf[C_SLOTS] - alloc - ext
-    return final - tokens, alloc - final, cf[C_SLOTS] - alloc - ext
+    if cfg[PAGED] != 0:
+        return 0, alloc - tokens, cfg[SLOTS] - alloc - ext
+    return final - tokens, alloc - final, cfg[SLOTS] - alloc - ext
 
 
 @njit(cache=True)
-def account(cf, st, rq, acc, tl, dt, n, waiting, tokens, alloc, final, ext):
+def account_span(cfg, st, req, acc, timeline, dt, n, waiting, tokens, alloc, final, ext):
     """Integrals and timeline samples of one step (or idle gap) whose state is constant."""
-    mac(acc, A_TIME, ONE, dt)
-    mac(acc, A_RUN, n, dt)
-    mac(acc, A_TOK, tokens, dt)
-    mac(acc, A_ALLOC, alloc, dt)
-    mac(acc, A_FINAL, final, dt)
-    mac(acc, A_EXT, ext, dt)
-    reserved, internal, free = parts(cf, tokens, alloc, final, ext)
-    end = st[S_T] + dt
-    while tl_next(st) < end:
-        tl_record(cf, st, tl, tl_next(st), n, waiting, tokens, reserved, internal, ext, free)
+    mac(acc, ACC_TIME, ONE, dt)
+    mac(acc, ACC_RUNNING, n, dt)
+    mac(acc, ACC_TOKENS, tokens, dt)
+    mac(acc, ACC_ALLOCATED, alloc, dt)
+    mac(acc, ACC_FINAL_LEN, final, dt)
+    mac(acc, ACC_EXTERNAL, ext, dt)
+    reserved, internal, free = memory_parts(cfg, tokens, alloc, final, ext)
+    end = st[NOW] + dt
+    while next_sample_at(st) < end:
+        record_sample(cfg, st, timeline, next_sample_at(st), n, waiting, tokens, reserved, internal, ext, free)
 
 
 @njit(cache=True)
-def idle_until(cf, st, rq, acc, tl, until):
-    account(cf, st, rq, acc, tl, until - st[S_T], ZERO, ZERO, ZERO, ZERO, ZERO, cf[C_TAIL])
-    st[S_T] = until
+def idle_until(cfg, st, req, acc, timeline, until):
+    """Nothing runs or waits: advance the clock to `until` (the next arrival)."""
+    account_span(cfg, st, req, acc, timeline, until - st[NOW], ZERO, ZERO, ZERO, ZERO, ZERO, cfg[TAIL_SLOTS])
+    st[NOW] = until
 
 
 # -- one full step (the reference's phases 1 to 3) -----------------------------------------------
 
 
 @njit(cache=True)
-def preempt(cf, st, rq, qbuf, wbuf, v):
-    st[S_FREE] += rq[v, NBLK]
-    rq[v, NPRE] += 1
-    st[S_PRE] += 1
-    size = rq[v, NBLK] * cf[C_B]
-    if cf[C_SWAP] != 0 and st[S_CPU] + size <= cf[C_SWSLOTS]:
-        st[S_CPU] += size
-        st[S_SWO] += 1
-        if st[S_WL] == cf[C_QCAP]:
+def preempt(cfg, st, req, requeued, swapped, v):
+    """Preempt running request v (already taken off the batch): its blocks go back to the pool.
+
+    swap: when the CPU pool has room, v's KV moves there and v joins the swapped ring, to resume
+    first. Otherwise recompute: v drops its KV (HELD = 0), must prefill prompt + generated again,
+    and waits at the front of the requeued ring.
+    """
+    st[FREE_BLOCKS] += req[v, BLOCKS]
+    req[v, PREEMPTED] += 1
+    st[PREEMPTIONS] += 1
+    size = req[v, BLOCKS] * cfg[BLOCK_SIZE]
+    if cfg[SWAP] != 0 and st[SWAP_USED] + size <= cfg[SWAP_SLOTS]:
+        st[SWAP_USED] += size
+        st[SWAP_OUTS] += 1
+        if st[SWAPPED_LEN] == cfg[QUEUE_CAP]:
             raise RuntimeError("swapped queue overflow")
-        wbuf[(st[S_WH] + st[S_WL]) % cf[C_QCAP]] = v
-        st[S_WL] += 1
+        swapped[(st[SWAPPED_HEAD] + st[SWAPPED_LEN]) % cfg[QUEUE_CAP]] = v
+        st[SWAPPED_LEN] += 1
         return
-    st[S_RECOMP] += rq[v, HELD]
-    rq[v, HELD] = 0
-    rq[v, NBLK] = 0
-    rq[v, TGT] = rq[v, PRM] + rq[v, GEN]
-    if st[S_QL] == cf[C_QCAP]:
+    st[RECOMPUTED] += req[v, HELD]
+    req[v, HELD] = 0
+    req[v, BLOCKS] = 0
+    req[v, PREFILL_END] = req[v, PROMPT] + req[v, GENERATED]
+    if st[REQUEUE_LEN] == cfg[QUEUE_CAP]:
         raise RuntimeError("requeue overflow")
-    st[S_QH] = (st[S_QH] - 1) % cf[C_QCAP]
-    qbuf[st[S_QH]] = v
-    st[S_QL] += 1
+    st[REQUEUE_HEAD] = (st[REQUEUE_HEAD] - 1) % cfg[QUEUE_CAP]
+    requeued[st[REQUEUE_HEAD]] = v
+    st[REQUEUE_LEN] += 1
 
 
 @njit(cache=True)
-def schedule_running(cf, st, rq, runq, work, qbuf, wbuf):
-    budget = cf[C_TOK]
+def schedule_running(cfg, st, req, running, sched, requeued, swapped):
+    """Phase 1, the preemption rule: schedule the running batch in admission order.
+
+    Each request takes its tokens (tokens_for) and the blocks they need. While the free pool
+    cannot serve it, the most recently admitted running request is preempted, and that may be
+    the request itself. Returns the token budget left and whether anything was preempted.
+    """
+    budget = cfg[TOKEN_BUDGET]
     preempted = False
     i = 0
-    while i < st[S_NRUN]:
-        rid = runq[i]
-        n = tokens_for(cf, rq, rid, budget)
-        work[i] = 0
+    while i < st[NUM_RUNNING]:
+        rid = running[i]
+        n = tokens_for(cfg, req, rid, budget)
+        sched[i] = 0
         if n == 0:
             i += 1
             continue
-        need = cdiv(held_after(rq, rid, n), cf[C_B]) - rq[rid, NBLK] if cf[C_PAGED] != 0 else 0
+        need = cdiv(held_after(req, rid, n), cfg[BLOCK_SIZE]) - req[rid, BLOCKS] if cfg[PAGED] != 0 else 0
         scheduled = True
-        while need > st[S_FREE]:
-            st[S_NRUN] -= 1
-            victim = runq[st[S_NRUN]]
-            preempt(cf, st, rq, qbuf, wbuf, victim)
+        while need > st[FREE_BLOCKS]:
+            st[NUM_RUNNING] -= 1
+            victim = running[st[NUM_RUNNING]]
+            preempt(cfg, st, req, requeued, swapped, victim)
             preempted = True
             if victim == rid:
                 scheduled = False
                 break
         if scheduled:
-            st[S_FREE] -= need
-            rq[rid, NBLK] += need
-            work[i] = n
+            st[FREE_BLOCKS] -= need
+            req[rid, BLOCKS] += need
+            sched[i] = n
             budget -= n
             i += 1
     return budget, preempted
 
 
 @njit(cache=True)
-def start_running(st, rq, runq, work, rid, n):
-    pos = st[S_NRUN]
-    runq[pos] = rid
-    work[pos] = n
-    st[S_NRUN] = pos + 1
+def start_running(st, req, running, sched, rid, n):
+    """Append rid to the running batch with n tokens scheduled."""
+    pos = st[NUM_RUNNING]
+    running[pos] = rid
+    sched[pos] = n
+    st[NUM_RUNNING] = pos + 1
 
 
 @njit(cache=True)
-def resume_swapped(cf, st, rq, runq, work, wbuf, budget):
-    while st[S_WL] > 0 and st[S_NRUN] < cf[C_SEQS]:
-        rid = wbuf[st[S_WH]]
-        n = tokens_for(cf, rq, rid, budget)
-        need = cdiv(held_after(rq, rid, n), cf[C_B])
-        if n == 0 or need > st[S_FREE]:
+def resume_swapped(cfg, st, req, running, sched, swapped, budget):
+    """Phase 2a: swapped-out requests resume in order while seats, budget and blocks allow."""
+    while st[SWAPPED_LEN] > 0 and st[NUM_RUNNING] < cfg[MAX_SEQS]:
+        rid = swapped[st[SWAPPED_HEAD]]
+        n = tokens_for(cfg, req, rid, budget)
+        need = cdiv(held_after(req, rid, n), cfg[BLOCK_SIZE])
+        if n == 0 or need > st[FREE_BLOCKS]:
             break
-        st[S_WH] = (st[S_WH] + 1) % cf[C_QCAP]
-        st[S_WL] -= 1
-        st[S_CPU] -= rq[rid, NBLK] * cf[C_B]
-        st[S_FREE] -= need
-        rq[rid, NBLK] = need
-        start_running(st, rq, runq, work, rid, n)
+        st[SWAPPED_HEAD] = (st[SWAPPED_HEAD] + 1) % cfg[QUEUE_CAP]
+        st[SWAPPED_LEN] -= 1
+        st[SWAP_USED] -= req[rid, BLOCKS] * cfg[BLOCK_SIZE]
+        st[FREE_BLOCKS] -= need
+        req[rid, BLOCKS] = need
+        start_running(st, req, running, sched, rid, n)
         budget -= n
     return budget
 
 
 @njit(cache=True)
-def admit(cf, st, rq, runq, work, qbuf, frs, frl, budget):
-    while st[S_NRUN] < cf[C_SEQS]:
-        rid = waiting_head(st, rq, qbuf)
+def admit(cfg, st, req, running, sched, requeued, run_start, run_len, budget):
+    """Phase 2b, the admission rule: first come, first served, no skipping.
+
+    The head of the waiting queue (requeued first, then arrivals) starts while a seat is free
+    (max_num_seqs), its tokens fit the budget left, and its memory fits: paged, the blocks for
+    what it processes now; contiguous, a first-fit run of its whole reservation. The first head
+    that does not fit stops admission for this step.
+    """
+    while st[NUM_RUNNING] < cfg[MAX_SEQS]:
+        rid = waiting_head(st, req, requeued)
         if rid < 0:
             break
-        n = tokens_for(cf, rq, rid, budget)
+        n = tokens_for(cfg, req, rid, budget)
         if n == 0:
             break
-        if cf[C_PAGED] != 0:
-            need = cdiv(held_after(rq, rid, n), cf[C_B])
-            if need > st[S_FREE]:
+        if cfg[PAGED] != 0:
+            need = cdiv(held_after(req, rid, n), cfg[BLOCK_SIZE])
+            if need > st[FREE_BLOCKS]:
                 break
-            st[S_FREE] -= need
-            rq[rid, NBLK] = need
+            st[FREE_BLOCKS] -= need
+            req[rid, BLOCKS] = need
         else:
-            start = first_fit(st, frs, frl, rq[rid, RSV])
+            start = first_fit(st, run_start, run_len, req[rid, RESERVED])
             if start < 0:
                 break
-            rq[rid, NBLK] = start
-        pop_head(cf, st)
-        if rq[rid, ADM] < 0:
-            rq[rid, ADM] = st[S_T]
-        start_running(st, rq, runq, work, rid, n)
+            req[rid, START] = start
+        pop_head(cfg, st)
+        if req[rid, ADMITTED_AT] < 0:
+            req[rid, ADMITTED_AT] = st[NOW]
+        start_running(st, req, running, sched, rid, n)
         budget -= n
 
 
 @njit(cache=True)
-def batch_sums(cf, rq, runq, work, n):
+def batch_sums(cfg, req, running, sched, n):
     """Of the scheduled batch: KV read, tokens processed, tokens held after, allocated, final."""
     kv = 0
     processed = 0
@@ -467,84 +577,86 @@ def batch_sums(cf, rq, runq, work, n):
     alloc = 0
     final = 0
     for i in range(n):
-        rid = runq[i]
-        if work[i] > 0:
-            kv += rq[rid, HELD]
-            processed += work[i]
-            tokens += held_after(rq, rid, work[i])
+        rid = running[i]
+        if sched[i] > 0:
+            kv += req[rid, HELD]
+            processed += sched[i]
+            tokens += held_after(req, rid, sched[i])
         else:
-            tokens += rq[rid, HELD]
-        if cf[C_PAGED] != 0:
-            alloc += rq[rid, NBLK] * cf[C_B]
+            tokens += req[rid, HELD]
+        if cfg[PAGED] != 0:
+            alloc += req[rid, BLOCKS] * cfg[BLOCK_SIZE]
         else:
-            alloc += rq[rid, RSV]
-            final += rq[rid, PRM] + rq[rid, OUT]
+            alloc += req[rid, RESERVED]
+            final += req[rid, PROMPT] + req[rid, OUTPUT]
     return kv, processed, tokens, alloc, final
 
 
 @njit(cache=True)
-def run_step(cf, st, rq, runq, work, qbuf, frs, frl, tl, acc):
+def run_step(cfg, st, req, running, sched, requeued, run_start, run_len, timeline, acc):
     """Phase 3: time the step, account for it, apply its tokens, finish requests."""
-    n = st[S_NRUN]
-    kv, processed, tokens, alloc, final = batch_sums(cf, rq, runq, work, n)
-    dt = step_dt(cf, kv, processed)
-    ext = external(cf, st, rq, qbuf, frl)
-    account(cf, st, rq, acc, tl, dt, n, waiting_count(st, rq, st[S_T]), tokens, alloc, final, ext)
-    st[S_PEAK] = max(st[S_PEAK], n)
-    end = st[S_T] + dt
+    n = st[NUM_RUNNING]
+    kv, processed, tokens, alloc, final = batch_sums(cfg, req, running, sched, n)
+    dt = step_dt(cfg, kv, processed)
+    ext = external(cfg, st, req, requeued, run_len)
+    account_span(cfg, st, req, acc, timeline, dt, n, waiting_count(st, req, st[NOW]), tokens, alloc, final, ext)
+    st[PEAK_RUNNING] = max(st[PEAK_RUNNING], n)
+    end = st[NOW] + dt
     kept = 0
     for i in range(n):
-        rid = runq[i]
-        if work[i] > 0:
-            rq[rid, HELD] = held_after(rq, rid, work[i])
-            if rq[rid, HELD] > rq[rid, TGT]:
-                rq[rid, GEN] += 1
-                if rq[rid, GEN] == 1:
-                    rq[rid, FTOK] = end
-                if rq[rid, GEN] == rq[rid, OUT]:
-                    rq[rid, FIN] = end
-                    release(cf, st, rq, frs, frl, rid)
-                    st[S_DONE] += 1
+        rid = running[i]
+        if sched[i] > 0:
+            req[rid, HELD] = held_after(req, rid, sched[i])
+            if req[rid, HELD] > req[rid, PREFILL_END]:
+                req[rid, GENERATED] += 1
+                if req[rid, GENERATED] == 1:
+                    req[rid, FIRST_TOKEN_AT] = end
+                if req[rid, GENERATED] == req[rid, OUTPUT]:
+                    req[rid, FINISHED_AT] = end
+                    release(cfg, st, req, run_start, run_len, rid)
+                    st[DONE] += 1
                     continue
-        runq[kept] = rid
+        running[kept] = rid
         kept += 1
-    st[S_NRUN] = kept
-    st[S_T] = end
-    st[S_STEPS] += 1
+    st[NUM_RUNNING] = kept
+    st[NOW] = end
+    st[STEPS] += 1
 
 
 @njit(cache=True)
-def do_step(cf, st, rq, runq, work, qbuf, wbuf, frs, frl, tl, acc):
-    budget, preempted = schedule_running(cf, st, rq, runq, work, qbuf, wbuf)
+def do_step(cfg, st, req, running, sched, requeued, swapped, run_start, run_len, timeline, acc):
+    """One scheduler step, as the reference's: the running batch, then (when nothing was
+    preempted) swapped-out requests, then (when none is left swapped out) new admissions."""
+    budget, preempted = schedule_running(cfg, st, req, running, sched, requeued, swapped)
     if not preempted:
-        budget = resume_swapped(cf, st, rq, runq, work, wbuf, budget)
-        if st[S_WL] == 0:
-            admit(cf, st, rq, runq, work, qbuf, frs, frl, budget)
-    run_step(cf, st, rq, runq, work, qbuf, frs, frl, tl, acc)
+        budget = resume_swapped(cfg, st, req, running, sched, swapped, budget)
+        if st[SWAPPED_LEN] == 0:
+            admit(cfg, st, req, running, sched, requeued, run_start, run_len, budget)
+    run_step(cfg, st, req, running, sched, requeued, run_start, run_len, timeline, acc)
 
 
 # -- jumps over decode-only stretches ------------------------------------------------------------
 
 
 @njit(cache=True)
-def demand(cf, rq, runq, n, k):
+def demand(cfg, req, running, n, k):
     """Blocks the running batch takes in its next k decode steps."""
     total = 0
     for i in range(n):
-        rid = runq[i]
-        total += cdiv(rq[rid, HELD] + k, cf[C_B]) - rq[rid, NBLK]
+        rid = running[i]
+        total += cdiv(req[rid, HELD] + k, cfg[BLOCK_SIZE]) - req[rid, BLOCKS]
     return total
 
 
 @njit(cache=True)
-def fit_steps(cf, rq, runq, n, k, free):
+def fit_steps(cfg, req, running, n, k, free):
     """The most decode steps (at most k) whose blocks fit in `free`."""
-    if demand(cf, rq, runq, n, k) <= free:
+    if demand(cfg, req, running, n, k) <= free:
         return k
     lo, hi = 0, k
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if demand(cf, rq, runq, n, mid) <= free:
+        if demand(cfg, req, running, n, mid) <= free:
             lo = mid
         else:
             hi = mid
@@ -552,19 +664,19 @@ def fit_steps(cf, rq, runq, n, k, free):
 
 
 @njit(cache=True)
-def can_admit(cf, st, rq, qbuf, wbuf, frl, free, budget):
+def can_admit(cfg, st, req, requeued, swapped, run_len, free, budget):
     """Whether the admission phase would start anything, given the free blocks after phase 1."""
-    if st[S_NRUN] >= cf[C_SEQS]:
+    if st[NUM_RUNNING] >= cfg[MAX_SEQS]:
         return False
-    rid = wbuf[st[S_WH]] if st[S_WL] > 0 else waiting_head(st, rq, qbuf)
+    rid = swapped[st[SWAPPED_HEAD]] if st[SWAPPED_LEN] > 0 else waiting_head(st, req, requeued)
     if rid < 0:
         return False
-    n = tokens_for(cf, rq, rid, budget)
+    n = tokens_for(cfg, req, rid, budget)
     if n == 0:
         return False
-    if cf[C_PAGED] != 0:
-        return cdiv(held_after(rq, rid, n), cf[C_B]) <= free
-    return largest_run(st, frl) >= rq[rid, RSV]
+    if cfg[PAGED] != 0:
+        return cdiv(held_after(req, rid, n), cfg[BLOCK_SIZE]) <= free
+    return largest_run(st, run_len) >= req[rid, RESERVED]
 
 
 @njit(cache=True)
@@ -583,129 +695,142 @@ def steps_before(delta, k, flat, base, slope, jstar):
 
 
 @njit(cache=True)
-def piece(cf, rq, runq, acc, n, h0, j0, j1, d, e, alloc, final, ext):
+def piece(cfg, req, running, acc, n, h0, j0, j1, d, e, alloc, final, ext):
     """Integrals of jump steps j0..j1-1, whose durations are d + e * (j - j0)."""
     length = j1 - j0
-    sumdt = length * d + e * s1(length)
-    mac(acc, A_TIME, ONE, sumdt)
-    mac(acc, A_RUN, n, sumdt)
+    sumdt = length * d + e * sum_i(length)
+    mac(acc, ACC_TIME, ONE, sumdt)
+    mac(acc, ACC_RUNNING, n, sumdt)
     a = h0 + n * (j0 + 1)  # tokens held during step j0
-    mac(acc, A_TOK, d, length * a + n * s1(length))
-    mac(acc, A_TOK, e, a * s1(length) + n * s2(length))
-    if cf[C_PAGED] != 0:
+    mac(acc, ACC_TOKENS, d, length * a + n * sum_i(length))
+    mac(acc, ACC_TOKENS, e, a * sum_i(length) + n * sum_i2(length))
+    if cfg[PAGED] != 0:
         sb = 0
         sjb = 0
         for i in range(n):
             if length == 1:  # the common short jump: one step, one division
-                sb += cdiv(rq[runq[i], HELD] + j0 + 1, cf[C_B])
+                sb += cdiv(req[running[i], HELD] + j0 + 1, cfg[BLOCK_SIZE])
             else:
-                x, y = block_sums(rq[runq[i], HELD] + j0, length, cf[C_B])
+                x, y = block_sums(req[running[i], HELD] + j0, length, cfg[BLOCK_SIZE])
                 sb += x
                 sjb += y
-        mac(acc, A_ALLOC, d, cf[C_B] * sb)
-        mac(acc, A_ALLOC, e, cf[C_B] * sjb)
+        mac(acc, ACC_ALLOCATED, d, cfg[BLOCK_SIZE] * sb)
+        mac(acc, ACC_ALLOCATED, e, cfg[BLOCK_SIZE] * sjb)
     else:
-        mac(acc, A_ALLOC, alloc, sumdt)
-        mac(acc, A_FINAL, final, sumdt)
-    mac(acc, A_EXT, ext, sumdt)
+        mac(acc, ACC_ALLOCATED, alloc, sumdt)
+        mac(acc, ACC_FINAL_LEN, final, sumdt)
+    mac(acc, ACC_EXTERNAL, ext, sumdt)
 
 
 @njit(cache=True)
-def jump_samples(cf, st, rq, runq, tl, k, n, h0, tp, alloc, final, ext):
+def jump_samples(cfg, st, req, running, timeline, k, n, h0, tp, alloc, final, ext):
     """Timeline samples falling inside the jump: each takes the state of its step."""
     flat, base, slope, jstar = tp
-    t = st[S_T]
+    t = st[NOW]
     end = t + cum(k, flat, base, slope, jstar)
-    while tl_next(st) < end:
-        when = tl_next(st)
+    while next_sample_at(st) < end:
+        when = next_sample_at(st)
         # the last step starting at or before `when`
         j = steps_before(when - t + 1, k, flat, base, slope, jstar) - 1
         tokens = h0 + n * (j + 1)
-        if cf[C_PAGED] != 0:
+        if cfg[PAGED] != 0:
             alloc = 0
             for i in range(n):
-                alloc += cdiv(rq[runq[i], HELD] + j + 1, cf[C_B]) * cf[C_B]
-        reserved, internal, free = parts(cf, tokens, alloc, final, ext)
-        waiting = waiting_count(st, rq, t + cum(j, flat, base, slope, jstar))
-        tl_record(cf, st, tl, when, n, waiting, tokens, reserved, internal, ext, free)
+                alloc += cdiv(req[running[i], HELD] + j + 1, cfg[BLOCK_SIZE]) * cfg[BLOCK_SIZE]
+        reserved, internal, free = memory_parts(cfg, tokens, alloc, final, ext)
+        waiting = waiting_count(st, req, t + cum(j, flat, base, slope, jstar))
+        record_sample(cfg, st, timeline, when, n, waiting, tokens, reserved, internal, ext, free)
 
 
 @njit(cache=True)
-def do_jump(cf, st, rq, runq, qbuf, frs, frl, tl, acc, k, n, h0):
-    tp = jump_params(cf, h0, n)
+def do_jump(cfg, st, req, running, requeued, run_start, run_len, timeline, acc, k, n, h0):
+    """Advance the n running requests (holding h0 tokens in all) by k decode steps at once.
+
+    The step time is flat while compute binds, then grows by `slope` ticks a step as the KV
+    read grows (jump_params), so the integrals split into at most two pieces, each a closed
+    form; then every request gains k tokens and its blocks, and those whose last token this
+    was finish at the jump's end.
+    """
+    tp = jump_params(cfg, h0, n)
     flat, base, slope, jstar = tp
     alloc = 0
     final = 0
-    if cf[C_PAGED] == 0:
+    if cfg[PAGED] == 0:
         for i in range(n):
-            alloc += rq[runq[i], RSV]
-            final += rq[runq[i], PRM] + rq[runq[i], OUT]
-    ext = external(cf, st, rq, qbuf, frl)
+            alloc += req[running[i], RESERVED]
+            final += req[running[i], PROMPT] + req[running[i], OUTPUT]
+    ext = external(cfg, st, req, requeued, run_len)
     split = min(jstar, k)
     if split > 0:
-        piece(cf, rq, runq, acc, n, h0, ZERO, split, flat, ZERO, alloc, final, ext)
+        piece(cfg, req, running, acc, n, h0, ZERO, split, flat, ZERO, alloc, final, ext)
     if split < k:
-        piece(cf, rq, runq, acc, n, h0, split, k, base + slope * split, slope, alloc, final, ext)
-    jump_samples(cf, st, rq, runq, tl, k, n, h0, tp, alloc, final, ext)
-    end = st[S_T] + cum(k, flat, base, slope, jstar)
+        piece(cfg, req, running, acc, n, h0, split, k, base + slope * split, slope, alloc, final, ext)
+    jump_samples(cfg, st, req, running, timeline, k, n, h0, tp, alloc, final, ext)
+    end = st[NOW] + cum(k, flat, base, slope, jstar)
     kept = 0
     for i in range(n):
-        rid = runq[i]
-        rq[rid, HELD] += k
-        rq[rid, GEN] += k
-        if cf[C_PAGED] != 0:
-            blocks = cdiv(rq[rid, HELD], cf[C_B])
-            st[S_FREE] -= blocks - rq[rid, NBLK]
-            rq[rid, NBLK] = blocks
-        if rq[rid, GEN] == rq[rid, OUT]:
-            rq[rid, FIN] = end
-            release(cf, st, rq, frs, frl, rid)
-            st[S_DONE] += 1
+        rid = running[i]
+        req[rid, HELD] += k
+        req[rid, GENERATED] += k
+        if cfg[PAGED] != 0:
+            blocks = cdiv(req[rid, HELD], cfg[BLOCK_SIZE])
+            st[FREE_BLOCKS] -= blocks - req[rid, BLOCKS]
+            req[rid, BLOCKS] = blocks
+        if req[rid, GENERATED] == req[rid, OUTPUT]:
+            req[rid, FINISHED_AT] = end
+            release(cfg, st, req, run_start, run_len, rid)
+            st[DONE] += 1
         else:
-            runq[kept] = rid
+            running[kept] = rid
             kept += 1
-    st[S_NRUN] = kept
-    st[S_PEAK] = max(st[S_PEAK], n)
-    st[S_STEPS] += k
-    st[S_T] = end
+    st[NUM_RUNNING] = kept
+    st[PEAK_RUNNING] = max(st[PEAK_RUNNING], n)
+    st[STEPS] += k
+    st[NOW] = end
 
 
 @njit(cache=True)
-def try_jump(cf, st, rq, runq, qbuf, wbuf, frs, frl, tl, acc):
-    """Jump over the decode-only steps before the next event; False when this step is an event."""
-    n = st[S_NRUN]
-    if n == 0 or n > cf[C_TOK]:
+def try_jump(cfg, st, req, running, requeued, swapped, run_start, run_len, timeline, acc):
+    """Jump over the decode-only steps before the next event; False when this step is an event.
+
+    A jump is taken only when the next step is decode-only (no prefill left in the batch) and
+    nothing but token counts can change: no admission is possible even after this step's
+    blocks (can_admit), and k is cut to the steps whose blocks fit the free pool, to the
+    first finish, and to the next arrival that could be admitted or the last one loaded.
+    """
+    n = st[NUM_RUNNING]
+    if n == 0 or n > cfg[TOKEN_BUDGET]:
         return False
     k = KCAP
     h0 = 0
     first = 0  # blocks the first step takes
-    paged = cf[C_PAGED] != 0
+    paged = cfg[PAGED] != 0
     for i in range(n):
-        rid = runq[i]
-        held = rq[rid, HELD]
-        if held < rq[rid, TGT]:
+        rid = running[i]
+        held = req[rid, HELD]
+        if held < req[rid, PREFILL_END]:
             return False
-        k = min(k, rq[rid, OUT] - rq[rid, GEN])
+        k = min(k, req[rid, OUTPUT] - req[rid, GENERATED])
         h0 += held
         if paged:
-            first += cdiv(held + 1, cf[C_B]) - rq[rid, NBLK]
-    if can_admit(cf, st, rq, qbuf, wbuf, frl, st[S_FREE] - first, cf[C_TOK] - n):
+            first += cdiv(held + 1, cfg[BLOCK_SIZE]) - req[rid, BLOCKS]
+    if can_admit(cfg, st, req, requeued, swapped, run_len, st[FREE_BLOCKS] - first, cfg[TOKEN_BUDGET] - n):
         return False
     if paged:
-        k = fit_steps(cf, rq, runq, n, k, st[S_FREE])
+        k = fit_steps(cfg, req, running, n, k, st[FREE_BLOCKS])
         if k == 0:
             return False
     stop = INF
-    fresh = st[S_FRESH]
-    if st[S_QL] == 0 and st[S_WL] == 0 and fresh < st[S_NLOAD] and rq[fresh, ARR] > st[S_T]:
-        stop = rq[fresh, ARR]  # the queue is empty and this arrival could be admitted
-    if st[S_FINAL] == 0:
-        stop = min(stop, rq[st[S_NLOAD] - 1, ARR])  # never step past what is loaded
+    fresh = st[NEXT_FRESH]
+    if st[REQUEUE_LEN] == 0 and st[SWAPPED_LEN] == 0 and fresh < st[LOADED] and req[fresh, ARRIVAL] > st[NOW]:
+        stop = req[fresh, ARRIVAL]  # the queue is empty and this arrival could be admitted
+    if st[ALL_LOADED] == 0:
+        stop = min(stop, req[st[LOADED] - 1, ARRIVAL])  # never step past what is loaded
     if stop < INF:
-        flat, base, slope, jstar = jump_params(cf, h0, n)
-        k = steps_before(stop - st[S_T], k, flat, base, slope, jstar)
-    do_jump(cf, st, rq, runq, qbuf, frs, frl, tl, acc, k, n, h0)
-    st[S_JUMPS] += 1
+        flat, base, slope, jstar = jump_params(cfg, h0, n)
+        k = steps_before(stop - st[NOW], k, flat, base, slope, jstar)
+    do_jump(cfg, st, req, running, requeued, run_start, run_len, timeline, acc, k, n, h0)
+    st[JUMPS] += 1
     return True
 
 
@@ -713,20 +838,20 @@ def try_jump(cf, st, rq, runq, qbuf, wbuf, frs, frl, tl, acc):
 
 
 @njit(cache=True)
-def run(cf, st, rq, runq, work, qbuf, wbuf, frs, frl, tl, acc, max_events):
+def run(cfg, st, req, running, sched, requeued, swapped, run_start, run_len, timeline, acc, max_events):
     """Simulate until done (0), until more requests must be loaded (1), or for max_events (2)."""
     for _ in range(max_events):
-        t = st[S_T]
-        loaded = st[S_NLOAD]
-        if st[S_FINAL] == 0 and t >= rq[loaded - 1, ARR]:
+        t = st[NOW]
+        loaded = st[LOADED]
+        if st[ALL_LOADED] == 0 and t >= req[loaded - 1, ARRIVAL]:
             return 1
-        fresh = st[S_FRESH]
-        arrived = fresh < loaded and rq[fresh, ARR] <= t
-        if st[S_NRUN] == 0 and st[S_QL] == 0 and st[S_WL] == 0 and not arrived:
+        fresh = st[NEXT_FRESH]
+        arrived = fresh < loaded and req[fresh, ARRIVAL] <= t
+        if st[NUM_RUNNING] == 0 and st[REQUEUE_LEN] == 0 and st[SWAPPED_LEN] == 0 and not arrived:
             if fresh >= loaded:
                 return 0
-            idle_until(cf, st, rq, acc, tl, rq[fresh, ARR])
-        elif not try_jump(cf, st, rq, runq, qbuf, wbuf, frs, frl, tl, acc):
-            do_step(cf, st, rq, runq, work, qbuf, wbuf, frs, frl, tl, acc)
-        st[S_EVENTS] += 1
+            idle_until(cfg, st, req, acc, timeline, req[fresh, ARRIVAL])
+        elif not try_jump(cfg, st, req, running, requeued, swapped, run_start, run_len, timeline, acc):
+            do_step(cfg, st, req, running, sched, requeued, swapped, run_start, run_len, timeline, acc)
+        st[EVENTS] += 1
     return 2
