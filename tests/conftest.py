@@ -6,8 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# No property test may depend on the machine's speed: CI runs on a busy 2-core machine.
+settings.register_profile("kvplan", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("kvplan")
 
 
 def shared_dir() -> Path:
