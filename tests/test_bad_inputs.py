@@ -187,7 +187,7 @@ GENERATED = {
     "config-huge-garbage": lambda d: (["size", str(_huge(d / "config.json", "{", "x"))], "config.json", "not valid JSON"),
     "baseline-huge": lambda d: (["check", str(CORPUS / "checks" / "ok.yaml"), "--baseline",
                                  str(_huge(d / "baseline.json", "{", " "))], "baseline.json", "10 MiB limit"),
-    "config-not-utf8": lambda d: (["size", str(_write(d / "config.json", b"\xff\xfe{\x00"))], "config.json", "cannot read"),
+    "config-not-utf8": lambda d: (["size", str(_write(d / "config.json", b"\xff\xfe{\x00"))], "config.json", "not UTF-8"),
     "workload-not-utf8": lambda d: (["simulate", str(_write(d / "w.yaml", b"name: \xff\xfe\n"))], "w.yaml", "not UTF-8"),
     "check-not-utf8": lambda d: (["check", str(_write(d / "c.yaml", b"checks: \xc3\x28\n"))], "c.yaml", "not UTF-8"),
     "baseline-deep-nesting": lambda d: (["check", str(CORPUS / "checks" / "ok.yaml"), "--baseline",

@@ -216,7 +216,7 @@ GOOD = "2023-11-16 18:17:03.9799600,4808,10\n"
                      '{"timestamp": 5, "input_length": 6, "output_length": 1, "hash_ids": [1]}\n',
          2, "timestamp", "backwards"),
         ("mooncake", '{"timestamp": 0, "input_length": 6, "output_length": 1, "hash_ids": [1]}\n{oops\n',
-         2, None, "invalid JSON"),
+         2, None, "not valid JSON"),
         ("mooncake", '{"timestamp": 0, "input_length": "6", "output_length": 1, "hash_ids": [1]}\n',
          1, "input_length", "integer"),
     ],
@@ -264,7 +264,7 @@ def test_sharegpt_jsonl_bad_line_and_zero_prompt(tmp_path):
                  "\n{broken\n")  # fmt: skip
     with pytest.raises(TraceError) as err:
         list(read_trace("sharegpt", f))
-    assert err.value.line == 3 and "invalid JSON" in err.value.message
+    assert err.value.line == 3 and "not valid JSON" in err.value.message
     f.write_text('{"conversations": [{"from": "human", "tokens": 0}, {"from": "gpt", "tokens": 1}]}\n')
     with pytest.raises(TraceError, match="no human turn"):
         list(read_trace("sharegpt", f))

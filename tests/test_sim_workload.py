@@ -264,8 +264,9 @@ def test_trace_workload_relative_path_and_options(tmp_path):
     with pytest.raises(TraceError, match="max_model_len 8192"):
         load_workload(write(tmp_path, text.replace("16384", "8192")))
     missing = text.replace(rel, "nowhere.csv")
-    with pytest.raises(TraceError, match="no such file"):
+    with pytest.raises(WorkloadError, match="no such file") as err:
         load_workload(write(tmp_path, missing))
+    assert err.value.line == 4 and err.value.field == "requests.trace.path"
 
 
 def test_sharegpt_and_agentic_take_the_arrival_process(tmp_path):

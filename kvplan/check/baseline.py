@@ -12,6 +12,7 @@ from typing import Any
 
 from kvplan.check.records import BASELINE_FORMAT, Outcome, Tracked, is_number
 from kvplan.errors import KvplanError, WorkloadError
+from kvplan.fileio import load_json, read_limited
 
 MAX_BASELINE_BYTES = 10 * 1024 * 1024
 
@@ -23,23 +24,9 @@ def load_baseline(path: str | Path) -> dict[str, dict[str, Any]]:
     def fail(message: str, field: str | None = None, line: int | None = None) -> KvplanError:
         return WorkloadError(message, file=path, field=field, line=line)
 
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BASELINE_BYTES + 1)
-    except OSError as e:
-        raise fail(f"cannot read: {e.strerror or e}") from None
-    if len(data) > MAX_BASELINE_BYTES:
-        raise fail(f"file is larger than the {MAX_BASELINE_BYTES >> 20} MiB limit")
-    try:
-        doc = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except UnicodeDecodeError as e:
-        raise fail(f"not UTF-8 text (byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise fail(f"invalid JSON: {e.msg}", line=e.lineno) from None
-    except ValueError as e:
-        raise fail(f"invalid JSON: {e}") from None
-    except RecursionError:
-        raise fail("invalid JSON: nested too deeply") from None
+    data = read_limited(path, MAX_BASELINE_BYTES, WorkloadError)
+    doc = load_json(data, path, WorkloadError, object_pairs_hook=_no_duplicates,
+                    parse_constant=_no_constant, parse_float=_finite)
     if not isinstance(doc, dict) or doc.get("kvplan_check_baseline") != BASELINE_FORMAT:
         raise fail(f"expected an object with \"kvplan_check_baseline\": {BASELINE_FORMAT} (written by "
                    "kvplan check --update-baseline)", field="kvplan_check_baseline")  # fmt: skip
@@ -66,6 +53,14 @@ def _no_duplicates(pairs: list) -> dict:
 
 def _no_constant(text: str):
     raise ValueError(f"{text} is not a number JSON allows")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float; one too large for a float (1e999) is refused, not infinity."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is too large for a number")
+    return value
 
 
 def compare(t: Tracked, value: Any, stored: dict) -> Outcome:

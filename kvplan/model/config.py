@@ -8,12 +8,12 @@ one meaning, and per-family rules decide which layers keep per-token KV, a windo
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvplan.errors import ConfigError
+from kvplan.fileio import load_json, read_limited
 from kvplan.model.dtypes import CONFIG_DTYPE_NAMES
 
 LAYERS_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
@@ -129,23 +129,9 @@ class ConfigReader:
 
 
 def load_config(path: Path) -> dict[str, Any]:
-    """Parse a config.json file into a dict, with one-line errors."""
-    try:
-        if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"larger than {MAX_CONFIG_BYTES // 2**20} MiB; not a model config", file=path)
-        if not path.is_file():
-            raise ConfigError("not a regular file", file=path)
-        text = path.read_text(encoding="utf-8")
-    except IsADirectoryError:
-        raise ConfigError("is a directory without a config.json", file=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read: {exc.__class__.__name__}", file=path) from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"not valid JSON: {exc.msg}", file=path, line=exc.lineno) from None
-    except RecursionError:
-        raise ConfigError("not valid JSON: nested too deeply", file=path) from None
+    """Parse a config.json file into a dict, with one-line errors (see kvplan/fileio.py)."""
+    data = read_limited(path, MAX_CONFIG_BYTES, ConfigError, what="a model config")
+    raw = load_json(data, path, ConfigError)
     if not isinstance(raw, dict):
         raise ConfigError("expected a JSON object at the top level", file=path)
     return raw

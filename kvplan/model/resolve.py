@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvplan.errors import ModelNotFoundError
+from kvplan.fileio import expand
 from kvplan.model.config import ModelSpec, load_config, read_model
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -41,10 +42,10 @@ def resolve(arg: str) -> Resolved:
     """Find the config.json for `arg`, trying each source in order."""
     if not arg or not arg.strip():
         raise ModelNotFoundError("expected a model id or a path to a config.json", field="model")
-    local = Path(arg).expanduser()
+    local = expand(arg, ModelNotFoundError, "model")
     try:
         is_file, is_dir = local.is_file(), local.is_dir()
-    except OSError:  # a name too long or otherwise impossible as a path is not a local path
+    except (OSError, ValueError):  # a name too long or otherwise impossible is not a local path
         is_file = is_dir = False
     if is_file:
         return Resolved(local.parent.name if local.name == "config.json" else local.stem, local, "path")

@@ -30,10 +30,12 @@ from typing import Iterator, Union
 import numpy as np
 
 from kvplan.errors import TraceError
+from kvplan.fileio import text_lines
 from kvplan.workload.records import CHUNK_SIZE, RequestChunk
 from kvplan.workload.yaml_nodes import YamlMap, as_float, as_int
 
 MAX_LENGTH = 2**31  # no request is longer than two billion tokens
+MAX_COLUMN_VALUES = 10_000_000  # values of a `csv` length column (80 MB as float64)
 
 LENGTH_DISTS = (
     "fixed", "uniform", "normal", "lognormal", "exponential", "zipf", "histogram", "csv",
@@ -261,35 +263,34 @@ def synthetic_requests(
 
 
 def _load_column(node: YamlMap, base_dir: Path) -> Empirical:
-    raw = node.get_str("path")
-    path = (base_dir / Path(raw).expanduser()).resolve()
+    path = node.get_input_path("path", base_dir)
     column = node.get_str("column")
-    if path.exists() and not path.is_file():
-        raise node.node("path").error(f"expected a regular file; {path} could be endless")
     values: list[float] = []
+    reader = csv.reader(text_lines(path, TraceError))
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None or column not in header:
-                found = ", ".join(header or [])
-                raise TraceError(f"no column {column!r} (columns: {found})", file=path, line=1)
-            index = header.index(column)
-            for row in reader:
-                if not row:
-                    continue
-                try:
-                    v = float(row[index])
-                except (ValueError, IndexError):
-                    cell = row[index] if index < len(row) else "nothing"
-                    raise TraceError(f"expected a number, got {cell!r}", file=path,
-                                     line=reader.line_num, field=column) from None  # fmt: skip
-                if not (v >= 0 and np.isfinite(v)):
-                    raise TraceError(f"expected a finite number >= 0, got {row[index]}",
-                                     file=path, line=reader.line_num, field=column)  # fmt: skip
-                values.append(v)
-    except OSError as e:
-        raise node.node("path").error(f"cannot read {path}: {e.strerror or e}") from None
+        header = next(reader, None)
+        if header is None or column not in header:
+            found = ", ".join(header or [])
+            raise TraceError(f"no column {column!r} (columns: {found})", file=path, line=1)
+        index = header.index(column)
+        for row in reader:
+            if not row:
+                continue
+            try:
+                v = float(row[index])
+            except (ValueError, IndexError):
+                cell = row[index][:40] if index < len(row) else "nothing"
+                raise TraceError(f"expected a number, got {cell!r}", file=path,
+                                 line=reader.line_num, field=column) from None  # fmt: skip
+            if not (v >= 0 and np.isfinite(v)):
+                raise TraceError(f"expected a finite number >= 0, got {row[index][:40]}",
+                                 file=path, line=reader.line_num, field=column)  # fmt: skip
+            values.append(v)
+            if len(values) > MAX_COLUMN_VALUES:
+                raise TraceError(f"more than {MAX_COLUMN_VALUES:,} values; sample the column first",
+                                 file=path, line=reader.line_num, field=column)
+    except csv.Error as exc:
+        raise TraceError(f"not valid CSV: {exc}", file=path, line=reader.line_num) from None
     if not values:
         raise TraceError(f"column {column!r} has no values", file=path, field=column)
     return Empirical(np.asarray(values, dtype=np.float64), str(path))

@@ -239,9 +239,7 @@ def _trace(node: YamlMap, path: Path, seed: int, mml: int):
     starts = None
     if arrival is not None and fmt == "agentic":  # one arrival per conversation (file)
         starts = lambda k: arrival.times(np.random.default_rng(seed), k, 0.0)[0]  # noqa: E731
-    trace_path = (path.parent / Path(t.get_str("path")).expanduser()).resolve()
-    if trace_path.exists() and not (trace_path.is_file() or trace_path.is_dir()):
-        raise t.node("path").error(f"expected a regular file; {trace_path} could be endless")
+    trace_path = t.get_input_path("path", path.parent, folder_ok=fmt == "agentic")
     trace = open_trace(
         fmt, trace_path, limit=limit,
         time_scale=t.get_float("time_scale", 1.0, gt=0), repeat=repeat, max_model_len=mml,

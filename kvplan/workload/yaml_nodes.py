@@ -16,6 +16,8 @@ non-string keys, NaN and infinity, booleans where numbers are expected and unkno
 
 from __future__ import annotations
 
+import os
+
 import difflib
 import math
 import re
@@ -25,6 +27,7 @@ from typing import Any, Iterable
 import yaml
 
 from kvplan.errors import KvplanError, WorkloadError
+from kvplan.fileio import decode, expand, input_path, read_limited
 from kvplan.units import parse_size
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -153,6 +156,18 @@ class YamlMap(YamlNode):
 
     def get_bool(self, key, default=_MISSING) -> bool:
         return self._get(key, default, as_bool)
+
+    def get_input_path(self, key: str, base_dir: Path, *, folder_ok: bool = False) -> Path:
+        """A file this value names, relative to `base_dir`, opened the one way (kvplan/fileio.py):
+        it must exist and be a regular file (or a folder, with folder_ok); errors are located
+        at this value's line."""
+        raw = self.get_str(key)
+        try:
+            path = base_dir / expand(raw, WorkloadError)
+            checked = input_path(path, WorkloadError, folder_ok=folder_ok)
+        except KvplanError as exc:
+            raise self.node(key).error(f"{exc.message}: {exc.file or raw}") from None
+        return Path(os.path.realpath(checked))
 
     def get_choice(self, key, choices: Iterable[str], default=_MISSING) -> str:
         return self._get(key, default, as_choice, choices)
@@ -401,16 +416,6 @@ def load_yaml_text(
 
 def load_yaml(path: str | Path, *, error_cls: type[KvplanError] = WorkloadError) -> YamlMap:
     """Read a YAML file (at most MAX_FILE_BYTES, UTF-8) into a located `YamlMap`."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise error_cls(f"cannot read: {e.strerror or e}", file=path) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise error_cls(f"file is larger than the {MAX_FILE_BYTES // 2**20} MiB limit", file=path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise error_cls(f"not UTF-8 text (byte {e.start})", file=path) from None
+    path = expand(path, error_cls)
+    text = decode(read_limited(path, MAX_FILE_BYTES, error_cls), path, error_cls)
     return load_yaml_text(text, file=path, error_cls=error_cls)

@@ -1,8 +1,11 @@
 """Request trace readers: each yields RequestChunks lazily.
 
-The CSV formats are parsed once into numpy arrays and tiled chunk by chunk (a million tiled
-requests never exist as a million Python objects); Mooncake JSONL is streamed line by line; the
-JSON formats (sharegpt, agentic: token counts only, small) are parsed whole, then tiled the same way.
+The CSV formats are streamed in blocks of rows that numpy parses at once: a first pass validates
+them (stopping at `limit` when the trace is not tiled) and keeps them as arrays when there are at
+most KEEP_ROWS, else each chunk is read from the file again, so memory never grows with the
+trace. Mooncake JSONL is streamed line by line the same way; the JSON formats (sharegpt, agentic:
+token counts only, at most 1 GiB) are parsed whole. Every trace is opened through
+kvplan/fileio.py: regular files only, UTF-8 or gzip, bounded lines.
 
 Formats (`open_trace(format, path)`):
 - azure: CSV `TIMESTAMP,ContextTokens,GeneratedTokens` (Azure LLM inference 2023); TIMESTAMP is a
@@ -36,8 +39,6 @@ file, line (or JSON field path) and column.
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
@@ -45,13 +46,15 @@ from typing import Callable, Iterator
 import numpy as np
 
 from kvplan.errors import TraceError, UsageError
+from kvplan.fileio import input_path
 from kvplan.workload.traces._rows import MOONCAKE_BLOCK, _Rows
-from kvplan.workload.traces.csv_formats import _read_azure, _read_vidur
+from kvplan.workload.traces.csv_formats import csv_blocks
 from kvplan.workload.traces.json_formats import _read_agentic, _read_sharegpt
 from kvplan.workload.traces.mooncake import _mooncake_chunks, _mooncake_scan
 from kvplan.workload.records import CHUNK_SIZE, RequestChunk
 
 TRACE_FORMATS = ("azure", "mooncake", "vidur", "sharegpt", "agentic")
+KEEP_ROWS = 1_000_000  # CSV rows held in memory (32 MB); a longer trace is read again per chunk
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -123,13 +126,9 @@ def open_trace(
     history: bool = False, session_starts: Callable[[int], np.ndarray] | None = None,
     chunk_size: int = CHUNK_SIZE,
 ) -> Trace:  # fmt: skip
-    """Open a trace (see the module docstring); parses it now unless it is streamed (mooncake)."""
+    """Open a trace (see the module docstring): validated now, streamed when it is long."""
     _check_options(fmt, limit, time_scale, repeat, too_long)
-    path = Path(path)
-    if not path.exists():
-        raise TraceError("no such file or folder", file=path)
-    if not (path.is_file() or path.is_dir()):
-        raise TraceError("not a regular file (a device or pipe could be endless)", file=path)
+    path = input_path(path, TraceError, folder_ok=fmt == "agentic")
     try:
         if fmt == "mooncake":
             count, t0, t1 = _mooncake_scan(path, limit if repeat == 1 else None)
@@ -139,22 +138,87 @@ def open_trace(
             make = lambda: _mooncake_chunks(path, t0, total, time_scale, shift, max_model_len,
                                             too_long, chunk_size)  # noqa: E731  # fmt: skip
             return Trace(fmt, path, total, True, MOONCAKE_BLOCK, make)
+        if fmt in ("azure", "vidur"):
+            return _open_csv(fmt, path, limit, time_scale, repeat, max_model_len, too_long, chunk_size)
         if fmt == "agentic":
             rows = _read_agentic(path, time_scale, session_starts)
         else:
-            reader = {"azure": _read_azure, "vidur": _read_vidur}.get(fmt)
-            rows = reader(path) if reader else _read_sharegpt(path, history)
+            rows = _read_sharegpt(path, history)
             rows = replace(rows, arrival=rows.arrival * time_scale)
     except OSError as e:
         where = getattr(e, "filename", None) or path
         raise TraceError(f"cannot read: {e.strerror or e}", file=where) from None
-    rows = _fit(rows, max_model_len, too_long)
+    return _in_memory(fmt, path, _fit(rows, max_model_len, too_long), limit, repeat, chunk_size)
+
+
+def _in_memory(fmt: str, path: Path, rows: _Rows, limit, repeat: int, chunk_size: int) -> Trace:
+    """A trace held as arrays, tiled `repeat` times and cut at `limit` chunk by chunk."""
     n = len(rows.prompt)
     total = min(limit or n * repeat, n * repeat)
     span = float(rows.arrival[-1])
     shift = span + (span / (n - 1) if n > 1 else 0.0)
     return Trace(fmt, path, total, fmt != "sharegpt", rows.block_size,
                  lambda: _tile_chunks(rows, total, shift, chunk_size))  # fmt: skip
+
+
+def _open_csv(fmt, path, limit, time_scale, repeat, mml, too_long, chunk_size) -> Trace:
+    """CSV traces: one validating pass (stopping at `limit` when not tiled); the rows are kept
+    when they are few (at most KEEP_ROWS), else every chunk is read from the file again."""
+    stop = limit if repeat == 1 else None
+    kept: list[_Rows] | None = []
+    count, last = 0, 0.0
+    for rows in _csv_rows(fmt, path, time_scale, mml, too_long, chunk_size):
+        if stop is not None and count + len(rows.prompt) > stop:
+            rows = _head(rows, stop - count)
+        count += len(rows.prompt)
+        last = float(rows.arrival[-1])
+        if kept is not None:
+            kept.append(rows)
+            if count > KEEP_ROWS:
+                kept = None
+        if stop is not None and count >= stop:
+            break
+    if kept is not None:
+        return _in_memory(fmt, path, _concat(kept), limit, repeat, chunk_size)
+    total = min(limit or count * repeat, count * repeat)
+    shift = last + (last / (count - 1) if count > 1 else 0.0)
+    make = lambda: _streamed_chunks(fmt, path, time_scale, mml, too_long, chunk_size, total, shift)  # noqa: E731
+    return Trace(fmt, path, total, True, 0, make)
+
+
+def _csv_rows(fmt, path, time_scale, mml, too_long, chunk_size) -> Iterator[_Rows]:
+    for rows in csv_blocks(fmt, path, chunk_size):
+        yield _fit(replace(rows, arrival=rows.arrival * time_scale), mml, too_long)
+
+
+def _streamed_chunks(fmt, path, time_scale, mml, too_long, chunk_size, total, shift):
+    emitted, copy = 0, 0
+    while emitted < total:
+        for rows in _csv_rows(fmt, path, time_scale, mml, too_long, chunk_size):
+            take = min(len(rows.prompt), total - emitted)
+            yield RequestChunk(rows.arrival[:take] + copy * shift, rows.prompt[:take], rows.output[:take])
+            emitted += take
+            if emitted == total:
+                return
+        copy += 1
+
+
+def _head(rows: _Rows, n: int) -> _Rows:
+    return replace(rows, arrival=rows.arrival[:n], prompt=rows.prompt[:n], output=rows.output[:n])
+
+
+def _concat(blocks: list[_Rows]) -> _Rows:
+    """One _Rows of consecutive blocks; `where` finds the block of a row."""
+    if len(blocks) == 1:
+        return blocks[0]
+    starts = np.cumsum([0] + [len(b.prompt) for b in blocks])
+
+    def where(i: int) -> dict:
+        b = int(np.searchsorted(starts, i, side="right")) - 1
+        return blocks[b].where(i - int(starts[b]))
+
+    return _Rows(np.concatenate([b.arrival for b in blocks]), np.concatenate([b.prompt for b in blocks]),
+                 np.concatenate([b.output for b in blocks]), where)
 
 
 def read_trace(fmt: str, path: str | Path, **options) -> Iterator[RequestChunk]:

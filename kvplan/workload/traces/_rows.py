@@ -10,6 +10,7 @@ import numpy as np
 
 MOONCAKE_BLOCK = 512
 MAX_JSON_BYTES = 1 << 30  # a whole-document JSON trace (sharegpt .json, one agentic file)
+MAX_TOKENS = 2**31  # tokens of one prompt or output: far above any context, far below int64 sums
 
 @dataclass(frozen=True, slots=True, eq=False)
 class _Rows:
@@ -43,9 +44,10 @@ def _int_or_none(text) -> int | None:
 
 
 def _field_int(entry: dict, key: str, lo: int, fail) -> int:
-    """entry[key] as an integer >= lo, or fail(key, why)."""
+    """entry[key] as an integer from lo to MAX_TOKENS, or fail(key, why)."""
     v = entry.get(key) if isinstance(entry, dict) else None
-    n = _int_or_none(v) if isinstance(v, (int, float)) else None
-    if n is None or n < lo:
-        raise fail(key, f"expected an integer >= {lo}, got {json.dumps(v)}")
+    n = _int_or_none(v) if isinstance(v, (int, float)) and abs(v) <= 2**62 else None
+    if n is None or not lo <= n <= MAX_TOKENS:
+        shown = json.dumps(v) if not isinstance(v, (int, float)) or abs(v) <= 2**62 else "a larger number"
+        raise fail(key, f"expected an integer >= {lo} and at most {MAX_TOKENS:,}, got {shown[:40]}")
     return n

@@ -1,21 +1,37 @@
-"""CSV traces (Azure LLM inference, Vidur): parsed once into numpy arrays."""
+"""CSV traces (Azure LLM inference, Vidur), streamed in blocks of rows that numpy parses at once.
+
+`csv_blocks(fmt, path)` reads the file line by line through kvplan/fileio.py (UTF-8 or gzip,
+bounded lines, a byte-order mark dropped) and yields validated `_Rows` of at most `block_rows`
+rows: memory depends on the block size, never on the length of the trace.
+"""
 
 from __future__ import annotations
 
 import csv
 import warnings
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
 from kvplan.errors import TraceError
-from kvplan.workload.traces._rows import _int_or_none, _Rows
+from kvplan.fileio import MAX_LINE_BYTES, text_lines
+from kvplan.workload.records import CHUNK_SIZE
+from kvplan.workload.traces._rows import MAX_TOKENS, _int_or_none, _Rows
+
+# One field may be as long as one line may be (kvplan/fileio.py bounds the line).
+csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
+
+COLUMNS = {
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "vidur": ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+}
 
 
-def _read_csv(path: Path, columns: tuple[str, ...]) -> tuple[list[list[str]], np.ndarray]:
-    """The named columns as lists of text, and each row's line number."""
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
+def _raw_blocks(path: Path, columns: tuple[str, ...], block_rows: int) -> Iterator[tuple[list[list[str]], np.ndarray]]:
+    """The named columns as lists of text, with each row's line number, `block_rows` at a time."""
+    reader = csv.reader(text_lines(path, TraceError))
+    try:
         header = [h.strip() for h in next(reader, [])]
         missing = [c for c in columns if c not in header]
         if missing:
@@ -26,6 +42,7 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> tuple[list[list[str]], np
         need = max(index) + 1
         cols: list[list[str]] = [[] for _ in columns]
         lines: list[int] = []
+        seen = 0
         for row in reader:
             if not row:
                 continue
@@ -35,65 +52,79 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> tuple[list[list[str]], np
             for col, i in zip(cols, index):
                 col.append(row[i])
             lines.append(reader.line_num)
-    if not lines:
+            if len(lines) == block_rows:
+                seen += len(lines)
+                yield cols, np.asarray(lines, dtype=np.int64)
+                cols, lines = [[] for _ in columns], []
+    except csv.Error as exc:
+        raise TraceError(f"not valid CSV: {exc}", file=path, line=reader.line_num) from None
+    if lines:
+        yield cols, np.asarray(lines, dtype=np.int64)
+    elif not seen:
         raise TraceError("the trace has no rows", file=path)
-    return cols, np.asarray(lines, dtype=np.int64)
 
 
 def _int_column(values: list[str], lines, path, name, lo: int) -> np.ndarray:
+    out = np.empty(len(values), dtype=np.int64)
     try:
-        out = np.asarray(values).astype(np.int64)
-    except ValueError:
-        out = np.empty(len(values), dtype=np.int64)
+        out[:] = np.asarray(values).astype(np.int64)
+    except (ValueError, OverflowError):
         for i, v in enumerate(values):
-            n = _int_or_none(v.strip())
-            if n is None:
-                raise TraceError(f"expected an integer, got {v!r}", file=path,
-                                 line=int(lines[i]), field=name) from None  # fmt: skip
+            n = _int_or_none(v.strip()[:40])
+            if n is None or not lo <= n <= MAX_TOKENS:
+                raise TraceError(f"expected an integer >= {lo} and at most {MAX_TOKENS:,}, "
+                                 f"got {v[:40]!r}", file=path, line=int(lines[i]), field=name) from None
             out[i] = n
-    bad = np.flatnonzero(out < lo)
+    bad = np.flatnonzero((out < lo) | (out > MAX_TOKENS))
     if bad.size:
         i = bad[0]
-        raise TraceError(f"expected an integer >= {lo}, got {out[i]}", file=path,
-                         line=int(lines[i]), field=name)  # fmt: skip
+        raise TraceError(f"expected an integer >= {lo} and at most {MAX_TOKENS:,}, got {out[i]}",
+                         file=path, line=int(lines[i]), field=name)  # fmt: skip
     return out
 
 
-def _check_sorted(t: np.ndarray, where, name: str) -> None:
-    bad = np.flatnonzero(np.diff(t) < 0)
-    if bad.size:
-        raise TraceError("timestamps go backwards (rows must be in arrival order)",
-                         field=name, **where(int(bad[0]) + 1))  # fmt: skip
+class _Clock:
+    """Arrival seconds relative to the first row, checked to never go backwards across blocks."""
+
+    def __init__(self, path: Path, name: str):
+        self.path, self.name = path, name
+        self.first: float | np.datetime64 | None = None
+        self.last = -np.inf
+
+    def relative(self, t: np.ndarray, lines: np.ndarray) -> np.ndarray:
+        if self.first is None:
+            self.first = t[0]
+        out = t - self.first
+        seconds = out.astype(np.int64) / 1e9 if out.dtype.kind == "m" else out.astype(np.float64)
+        steps = np.diff(np.concatenate(([self.last], seconds)))
+        bad = np.flatnonzero(steps < 0)
+        if bad.size:
+            raise TraceError("timestamps go backwards (rows must be in arrival order)",
+                             file=self.path, line=int(lines[bad[0]]), field=self.name)  # fmt: skip
+        self.last = seconds[-1]
+        return seconds
 
 
-def _read_azure(path: Path) -> _Rows:
-    (ts, ctx, gen), lines = _read_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
-    where = lambda i: {"file": path, "line": int(lines[i])}  # noqa: E731
+def _azure_times(ts: list[str], lines: np.ndarray, path: Path) -> np.ndarray:
     with warnings.catch_warnings():  # numpy warns about (and applies) time-zone offsets
         warnings.simplefilter("ignore")
         try:
             stamps = np.asarray(ts, dtype="datetime64[ns]")
-        except ValueError:
+        except (ValueError, OverflowError):
             for i, v in enumerate(ts):
                 try:
                     np.datetime64(v, "ns")
-                except ValueError:
-                    raise TraceError(f"expected a date-time like 2023-11-16 18:17:03.97, got {v!r}",
-                                     field="TIMESTAMP", **where(i)) from None  # fmt: skip
+                except (ValueError, OverflowError):
+                    raise TraceError(f"expected a date-time like 2023-11-16 18:17:03.97, got {v[:40]!r}",
+                                     file=path, line=int(lines[i]), field="TIMESTAMP") from None
             raise
     if np.isnat(stamps).any():
         first = int(np.isnat(stamps).argmax())
-        raise TraceError("empty timestamp", field="TIMESTAMP", **where(first))
-    arrival = (stamps - stamps[0]).astype(np.int64) / 1e9
-    _check_sorted(arrival, where, "TIMESTAMP")
-    return _Rows(arrival, _int_column(ctx, lines, path, "ContextTokens", 1),
-                 _int_column(gen, lines, path, "GeneratedTokens", 0), where)  # fmt: skip
+        raise TraceError("empty timestamp", file=path, line=int(lines[first]), field="TIMESTAMP")
+    return stamps
 
 
-def _read_vidur(path: Path) -> _Rows:
-    cols = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
-    (at, pre, dec), lines = _read_csv(path, cols)
-    where = lambda i: {"file": path, "line": int(lines[i])}  # noqa: E731
+def _vidur_times(at: list[str], lines: np.ndarray, path: Path) -> np.ndarray:
     arrival = np.empty(len(at))
     for i, v in enumerate(at):
         try:
@@ -101,8 +132,21 @@ def _read_vidur(path: Path) -> _Rows:
         except ValueError:
             arrival[i] = np.nan
         if not np.isfinite(arrival[i]) or arrival[i] < 0:
-            raise TraceError(f"expected a number of seconds >= 0, got {v!r}",
-                             field="arrived_at", **where(i))  # fmt: skip
-    _check_sorted(arrival, where, "arrived_at")
-    return _Rows(arrival - arrival[0], _int_column(pre, lines, path, cols[1], 1),
-                 _int_column(dec, lines, path, cols[2], 0), where)  # fmt: skip
+            raise TraceError(f"expected a number of seconds >= 0, got {v[:40]!r}",
+                             file=path, line=int(lines[i]), field="arrived_at")  # fmt: skip
+    return arrival
+
+
+_TIMES: dict[str, Callable[[list[str], np.ndarray, Path], np.ndarray]] = {
+    "azure": _azure_times, "vidur": _vidur_times}
+
+
+def csv_blocks(fmt: str, path: Path, block_rows: int = CHUNK_SIZE) -> Iterator[_Rows]:
+    """Validated rows of an Azure or Vidur CSV trace, `block_rows` at a time, streamed."""
+    columns = COLUMNS[fmt]
+    clock = _Clock(path, columns[0])
+    for (t, prompt, output), lines in _raw_blocks(path, columns, block_rows):
+        arrival = clock.relative(_TIMES[fmt](t, lines, path), lines)
+        yield _Rows(arrival, _int_column(prompt, lines, path, columns[1], 1),
+                    _int_column(output, lines, path, columns[2], 0),
+                    lambda i, lines=lines: {"file": path, "line": int(lines[i])})  # fmt: skip

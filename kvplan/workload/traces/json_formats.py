@@ -9,22 +9,16 @@ from typing import Iterator
 import numpy as np
 
 from kvplan.errors import TraceError
+from kvplan.fileio import load_json, read_limited, text_lines
 from kvplan.workload.traces._rows import MAX_JSON_BYTES, _field_int, _Rows
 
 _ASK = {"human", "user", "system"}
 _REPLY = {"gpt", "assistant", "chatgpt", "bard", "bing", "model"}
 
 
-
-
 def _load_json(path: Path):
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise TraceError(f"larger than {MAX_JSON_BYTES >> 20} MiB; use the .jsonl form", file=path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise TraceError(f"invalid JSON: {e}", file=path, line=getattr(e, "lineno", None)) from None
+    data = read_limited(path, MAX_JSON_BYTES, TraceError, what="a JSON trace (use the .jsonl form)")
+    return load_json(data, path, TraceError)
 
 
 def _conversation_pairs(conv, history: bool, fail) -> Iterator[tuple[int, int]]:
@@ -48,14 +42,10 @@ def _conversation_pairs(conv, history: bool, fail) -> Iterator[tuple[int, int]]:
 def _sharegpt_conversations(path: Path) -> Iterator[tuple[dict, str, object]]:
     """(location, field prefix, conversation) from a JSON list or, streamed, a JSONL file."""
     if path.suffix == ".jsonl":
-        with open(path, encoding="utf-8") as f:
-            for line, text in enumerate(f, 1):
-                if text.strip():
-                    try:
-                        conv = json.loads(text)
-                    except ValueError as e:
-                        raise TraceError(f"invalid JSON: {e}", file=path, line=line) from None
-                    yield {"file": path, "line": line}, "", conv
+        for line, text in enumerate(text_lines(path, TraceError), 1):
+            if text.strip():
+                conv = load_json(text, path, TraceError, line=line)
+                yield {"file": path, "line": line}, "", conv
         return
     data = _load_json(path)
     if not isinstance(data, list):

@@ -9,54 +9,50 @@ from typing import Iterator
 import numpy as np
 
 from kvplan.errors import TraceError
+from kvplan.fileio import load_json, text_lines
 from kvplan.workload.traces._rows import MOONCAKE_BLOCK, _field_int
 from kvplan.workload.records import RequestChunk
 
 
 def _mooncake_records(path: Path) -> Iterator[tuple[int, float, int, int, list]]:
     """(line, timestamp ms, input, output, hash_ids) per non-blank line, validated."""
-    with open(path, encoding="utf-8") as f:
-        prev = -np.inf
-        for line, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            fail = lambda k, m, n=line: TraceError(m, file=path, line=n, field=k)  # noqa: E731
-            try:
-                d = json.loads(text)
-            except ValueError as e:
-                raise fail(None, f"invalid JSON: {e}") from None
-            if not isinstance(d, dict):
-                raise fail(None, "expected a JSON object")
-            ts = d.get("timestamp")
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 0 <= ts < np.inf:
-                raise fail("timestamp", f"expected milliseconds >= 0, got {json.dumps(ts)}")
-            if ts < prev:
-                raise fail("timestamp", f"goes backwards ({ts} after {prev})")
-            prev = ts
-            n_in = _field_int(d, "input_length", 1, fail)
-            n_out = _field_int(d, "output_length", 0, fail)
-            ids = d.get("hash_ids")
-            want = -(-n_in // MOONCAKE_BLOCK)
-            if not isinstance(ids, list) or len(ids) != want:
-                got = len(ids) if isinstance(ids, list) else json.dumps(ids)
-                raise fail("hash_ids", f"expected ceil(input_length / 512) = {want} ids, got {got}")
-            if not all(type(h) is int and h >= 0 for h in ids):
-                raise fail("hash_ids", "expected integers >= 0")
-            yield line, ts, n_in, n_out, ids
+    prev = -np.inf
+    for line, text in enumerate(text_lines(path, TraceError), 1):
+        if not text.strip():
+            continue
+        fail = lambda k, m, n=line: TraceError(m, file=path, line=n, field=k)  # noqa: E731
+        d = load_json(text, path, TraceError, line=line)
+        if not isinstance(d, dict):
+            raise fail(None, "expected a JSON object")
+        ts = d.get("timestamp")
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 0 <= ts < np.inf:
+            raise fail("timestamp", f"expected milliseconds >= 0, got {json.dumps(ts)}")
+        if ts < prev:
+            raise fail("timestamp", f"goes backwards ({ts} after {prev})")
+        prev = ts
+        n_in = _field_int(d, "input_length", 1, fail)
+        n_out = _field_int(d, "output_length", 0, fail)
+        ids = d.get("hash_ids")
+        want = -(-n_in // MOONCAKE_BLOCK)
+        if not isinstance(ids, list) or len(ids) != want:
+            got = len(ids) if isinstance(ids, list) else json.dumps(ids)
+            raise fail("hash_ids", f"expected ceil(input_length / 512) = {want} ids, got {got}")
+        if not all(type(h) is int and h >= 0 for h in ids):
+            raise fail("hash_ids", "expected integers >= 0")
+        yield line, ts, n_in, n_out, ids
 
 
 def _mooncake_scan(path: Path, stop_after: int | None) -> tuple[int, float, float]:
     """Count the records and read the first and last timestamps (ms) without parsing the rest."""
     count, first, last = 0, None, None
-    with open(path, "rb") as f:
-        for text in f:
-            if text.strip():
-                count += 1
-                last = text
-                if first is None:
-                    first = text
-                if stop_after is not None and count >= stop_after:
-                    break
+    for text in text_lines(path, TraceError):
+        if text.strip():
+            count += 1
+            last = text
+            if first is None:
+                first = text
+            if stop_after is not None and count >= stop_after:
+                break
     if not count:
         raise TraceError("the trace has no records", file=path)
     t0, t1 = _stamp(first), _stamp(last)
@@ -64,10 +60,10 @@ def _mooncake_scan(path: Path, stop_after: int | None) -> tuple[int, float, floa
     return count, (t0 if ok else 0.0), (t1 if ok else 0.0)  # bad rows are reported when read
 
 
-def _stamp(text: bytes) -> float | None:
+def _stamp(text: str) -> float | None:
     try:
         t = json.loads(text).get("timestamp")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     return t if isinstance(t, (int, float)) and not isinstance(t, bool) else None
 
