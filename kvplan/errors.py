@@ -1,7 +1,7 @@
 """The error hierarchy: every user-facing failure is a KvplanError that names where it came from.
 
 The CLI turns any KvplanError into one line on stderr and exit code 2; set KVPLAN_DEBUG=1 to see
-the traceback instead.
+the traceback instead. A line is at most MAX_MESSAGE characters: a huge value is cut in the middle.
 """
 
 from __future__ import annotations
@@ -43,7 +43,18 @@ class KvplanError(Exception):
         elif self.line is not None:
             where = f"line {self.line}: "
         field = f"{self.field}: " if self.field else ""
-        return " ".join(f"{where}{field}{self.message}".split())
+        return cut(" ".join(f"{where}{field}{self.message}".split()))
+
+
+MAX_MESSAGE = 400  # characters of one error line; a 10 MB value in a file must not become one
+
+
+def cut(text: str, limit: int = MAX_MESSAGE) -> str:
+    """`text`, or its head and tail around a note of how much was left out."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 3 // 4, limit // 8
+    return f"{text[:head]}...[{len(text) - head - tail:,} characters cut]...{text[-tail:]}"
 
 
 class ConfigError(KvplanError):

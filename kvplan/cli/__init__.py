@@ -6,13 +6,16 @@ KVPLAN_DEBUG=1 shows the traceback instead. The commands themselves are in kvpla
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 
 import typer
 
 from kvplan.cli.app import app
-from kvplan.errors import KvplanError
+from kvplan.errors import KvplanError, cut
 
 
 def _cli_error_types() -> tuple[type[BaseException], ...]:
@@ -27,20 +30,60 @@ def _cli_error_types() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+class Terminated(BaseException):
+    """A termination signal, raised where the program is so that every `finally` runs (output
+    files half written are removed on the way out)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_as_exceptions():
+    """SIGTERM and SIGHUP raise Terminated while a command runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    def handler(signum, frame):
+        raise Terminated(signum)
+
+    saved = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, previous in saved.items():
+            signal.signal(s, previous)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every input error into one line and exit code 2."""
     debug = os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
     try:
-        code = app(args=argv, prog_name="kvplan", standalone_mode=False)
+        with _signals_as_exceptions():
+            code = app(args=argv, prog_name="kvplan", standalone_mode=False)
+            sys.stdout.flush()
+    except SystemExit as exc:
+        code = exc.code
+        _flush_stdout(debug)
     except KvplanError as exc:
         if debug:
             raise
         _fail(str(exc))
     except (typer.Abort, KeyboardInterrupt):
         _fail("aborted")
+    except Terminated as exc:
+        sys.stderr.write(f"kvplan: error: stopped by {signal.Signals(exc.signum).name}\n")
+        raise SystemExit(128 + exc.signum) from None
     except BrokenPipeError:
+        _quiet_stdout()
         sys.stderr.close()
         raise SystemExit(1)
+    except OSError as exc:
+        if debug:
+            raise
+        _quiet_stdout()
+        _fail(_os_message(exc))
     except _cli_error_types() as exc:
         if debug:
             raise
@@ -52,8 +95,35 @@ def main(argv: list[str] | None = None) -> None:
     raise SystemExit(code if isinstance(code, int) else 0)
 
 
+def _os_message(exc: OSError) -> str:
+    if exc.filename is None:  # standard output: a full disk, a closed terminal
+        return f"cannot write the output: {exc.strerror or exc}"
+    return f"{exc.filename}: {exc.strerror or exc}"
+
+
+def _flush_stdout(debug: bool) -> None:
+    """Flush what a command printed before it exited; a failed write is one error line."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        if debug:
+            raise
+        _quiet_stdout()
+        _fail(_os_message(exc))
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null, so Python's own flush at exit cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (captured in tests)
+
+
 def _fail(message: str) -> None:
-    sys.stderr.write(f"kvplan: error: {' '.join(message.split())}\n")
+    sys.stderr.write(f"kvplan: error: {cut(' '.join(message.split()))}\n")
     raise SystemExit(2)
 
 

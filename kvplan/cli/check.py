@@ -27,27 +27,34 @@ def check(
     Example: kvplan check workloads/checks.yaml --baseline workloads/checks-baseline.json
     """
     from kvplan.check.run import load_checks, run_checks
-    from kvplan.report.files import atomic_write, check_writable
+    from kvplan.fileio import note_input
+    from kvplan.report.files import check_writable, distinct_outputs, write_outputs
 
     if update_baseline and baseline is None:
         raise UsageError("needs --baseline FILE to write to", field="--update-baseline")
-    if update_baseline:
-        check_writable(baseline, "--baseline")
-    if markdown is not None:
-        check_writable(markdown, "--markdown")
+    note_input(file)
+    if baseline is not None and not update_baseline:
+        note_input(baseline)
+    outputs = {"--baseline": baseline if update_baseline else None, "--markdown": markdown}
+    for field, path in outputs.items():
+        if path is not None:
+            check_writable(path, field)
+    distinct_outputs(outputs)
     checks = load_checks(file)
     report = run_checks(checks, None if update_baseline else baseline)
     wrote = str(baseline) if update_baseline else None
+    files = []
     if update_baseline:
         from kvplan.report.output import dumps
 
         text = dumps(report.baseline_document())
-        atomic_write(baseline, lambda tmp: tmp.write_text(text, encoding="utf-8"), field="--baseline")
+        files.append((baseline, lambda tmp: tmp.write_text(text, encoding="utf-8"), "--baseline"))
     if markdown is not None:
         from kvplan.report.check_view import render_markdown
 
-        text = render_markdown(report, wrote_baseline=wrote)
-        atomic_write(markdown, lambda tmp: tmp.write_text(text, encoding="utf-8"), field="--markdown")
+        summary = render_markdown(report, wrote_baseline=wrote)
+        files.append((markdown, lambda tmp: tmp.write_text(summary, encoding="utf-8"), "--markdown"))
+    write_outputs(files)
     _show(report, json, wrote)
     if not report.passed:
         raise SystemExit(1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kvplan.errors import KvplanError
 from kvplan.experiments import with_block_sizes
-from kvplan.report.files import atomic_write
+from kvplan.report.files import write_outputs
 from kvplan.report.output import emit_json
 from kvplan.report.serve_view import plot_serve, render_serve, write_requests_csv
 from kvplan.workload.records import Workload
@@ -21,10 +21,12 @@ def simulate_serve(wl: Workload, *, json: bool, plot: Path | None, csv: Path | N
         results, doc = _run(wl, csv is not None, rates, latency_bound, show_progress=not json)
     except KvplanError as exc:  # settings that can never serve a request: say which file
         raise exc.located(file=wl.path) from None
+    files = []
     if csv is not None:
-        atomic_write(csv, lambda tmp: write_requests_csv(results, tmp), field="--csv")
+        files.append((csv, lambda tmp: write_requests_csv(results, tmp), "--csv"))
     if plot is not None:
-        atomic_write(plot, lambda tmp: plot_serve(results, tmp), field="--plot")
+        files.append((plot, lambda tmp: plot_serve(results, tmp), "--plot"))
+    write_outputs(files)
     if json:
         emit_json(doc)
     else:

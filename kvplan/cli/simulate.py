@@ -30,7 +30,9 @@ def simulate(
     Example: kvplan simulate workloads/lesson.yaml --block-sizes 1-64 --plot sweep.png
     """
     from kvplan.experiments import load
+    from kvplan.fileio import note_input
 
+    note_input(workload)
     options = _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks)
     wl = load(workload)
     for option, value, allowed in (("--csv", csv, ("serve",)), ("--rates", rates, ("serve",)),
@@ -53,14 +55,19 @@ def _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks
     """Check every option before any work, so a bad one costs nothing and writes nothing."""
     import math
 
-    from kvplan.report.files import check_writable
+    import importlib.util
+
+    from kvplan.report.files import check_writable, distinct_outputs
 
     if plot is not None:
         check_writable(plot, "--plot")
         if plot.suffix.lower() not in (".png", ".svg"):
             raise UsageError(f"expected a .png or .svg file name, got {plot.name!r}", field="--plot")
+        if importlib.util.find_spec("matplotlib") is None:
+            raise UsageError('needs matplotlib: pip install "kvplan[plot]"', field="--plot")
     if csv is not None:
         check_writable(csv, "--csv")
+    distinct_outputs({"--plot": plot, "--csv": csv})
     if not (math.isfinite(latency_bound) and latency_bound > 0):
         raise UsageError(f"expected a positive number, got {latency_bound}", field="--latency-bound")
     blocks = _numbers(cache_blocks, "--cache-blocks")
@@ -72,9 +79,9 @@ def _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks
 
 def _simulate_document(wl, as_json: bool, plot: Optional[Path], options: dict) -> None:
     """Capacity, prefix and sharing experiments: one document, then a table or JSON, and a chart."""
+    from kvplan.experiments import document
     from kvplan.report.files import atomic_write
     from kvplan.report.output import emit_json
-    from kvplan.experiments import document
 
     doc = document(wl, block_sizes=options["block_sizes"], cache_blocks=options["cache_blocks"])
     if wl.experiment == "capacity":

@@ -12,11 +12,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from kvplan.errors import KvplanError, WorkloadError
-from kvplan.replay.prefix import PrefixSpec, hit_rate_sweep, with_prefixes
+from kvplan.errors import KvplanError, TraceError, WorkloadError
+from kvplan.replay.prefix import POPULARITY, PrefixSpec, hit_rate_sweep, with_prefixes
 from kvplan.replay.sharing import MODES, PARENTS, sharing_savings
+from kvplan.workload.distributions import MAX_LENGTH as MAX_TOKENS
 from kvplan.workload.records import Workload
-from kvplan.workload.yaml_nodes import YamlMap, as_int
+from kvplan.workload.yaml_nodes import YamlList, YamlMap, as_int
 
 PREFIX_KEYS = ("system_prompts", "system_prompt_len", "popularity", "zipf_a", "turns", "sessions",
                "hash_block_size", "max_prompt_len")
@@ -42,11 +43,9 @@ def _prefix_options(workload: Workload) -> tuple[PrefixSpec | None, dict]:
     node.expect_keys(*PREFIX_KEYS, *REPLAY_KEYS)
     replay = {"max_running": node.get_int("max_running", 1, ge=1, le=1_000_000),
               "hold_output": node.get_bool("hold_output", False)}
-    synthetic = {k: v for k, v in workload.extras["prefix"].items() if k in PREFIX_KEYS}
+    synthetic = _synthetic_keys(node, workload.scheduler.max_model_len)
     if not synthetic:
         return None, replay
-    if "system_prompt_len" in node and not isinstance(synthetic["system_prompt_len"], int):
-        synthetic["system_prompt_len"] = tuple(as_int(n, ge=1) for n in node.get_list("system_prompt_len"))
     try:
         return PrefixSpec(**synthetic), replay
     except KvplanError as exc:
@@ -54,6 +53,33 @@ def _prefix_options(workload: Workload) -> tuple[PrefixSpec | None, dict]:
         where = node.node(key) if key in node else node
         raise WorkloadError(exc.message, file=workload.path, field=f"prefix.{key}" if key else "prefix",
                             line=where.line) from None
+
+
+# prefix: key -> how the YAML number rules read it (as every other section does)
+_INT_KEYS = {"system_prompts": 0, "turns": 1, "sessions": 1, "hash_block_size": 1, "max_prompt_len": 1}
+MAX_PREFIX_COUNT = 1 << 20  # system prompts, sessions, turns: beyond a million nothing changes
+
+
+def _synthetic_keys(node: YamlMap, max_model_len: int) -> dict:
+    """The synthetic-prefix keys present, read with the YAML number rules (2e0 and 8.0 are 2
+    and 8). A conversation stops growing at max_prompt_len, by default the context
+    (max_model_len): vLLM could not serve a longer prompt, and the hash ids of every turn stay
+    bounded."""
+    out: dict = {}
+    for key, lo in _INT_KEYS.items():
+        if key in node:
+            out[key] = node.get_int(key, ge=lo, le=max_model_len if key == "max_prompt_len" else MAX_PREFIX_COUNT)
+    if "system_prompt_len" in node:
+        lens = node.node("system_prompt_len")
+        out["system_prompt_len"] = (tuple(as_int(n, ge=1, le=MAX_TOKENS) for n in node.get_list("system_prompt_len"))
+                                    if isinstance(lens, YamlList) else node.get_int("system_prompt_len", ge=1, le=MAX_TOKENS))
+    if "popularity" in node:
+        out["popularity"] = node.get_choice("popularity", POPULARITY)
+    if "zipf_a" in node:
+        out["zipf_a"] = node.get_float("zipf_a", gt=0, le=100)
+    if out:
+        out.setdefault("max_prompt_len", max_model_len)
+    return out
 
 
 def prefix_document(workload: Workload, cache_blocks: Sequence[int] | None = None) -> dict:
@@ -71,7 +97,9 @@ def prefix_document(workload: Workload, cache_blocks: Sequence[int] | None = Non
         sizes = list(cache_blocks) if cache_blocks else [workload.pool.slots // block_size]
         try:
             runs = hit_rate_sweep(make_chunks, sizes, block_size, **replay)
-        except KvplanError as exc:
+        except TraceError:
+            raise  # a bad row of the trace: it names the trace file, its line and its field
+        except KvplanError as exc:  # a block size the trace's hash blocks do not divide
             raise exc.located(file=workload.path, field="allocators") from None
         results += [_prefix_row(r) for r in runs]
     return {"workload": workload.name, "experiment": "prefix", "num_requests": workload.num_requests,

@@ -99,10 +99,15 @@ class PrefixReplayResult:
 
 def replay_prefix_cache(
     chunks: Iterable[RequestChunk], num_blocks: int, block_size: int, *, max_running: int = 1,
-    hold_output: bool = False, enable_caching: bool = True,
+    hold_output: bool = False, enable_caching: bool = True, demand: int | None = None,
 ) -> PrefixReplayResult:  # fmt: skip
     """Replay requests in arrival order through a prefix cache of `num_blocks` blocks (see the
-    module docstring for the model)."""
+    module docstring for the model).
+
+    `demand`, when known, is the blocks all the requests together could ever hold: a cache of
+    that many never evicts, so a larger one is built at that size (same results, bounded
+    memory) and still reported at `num_blocks`.
+    """
     if isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1:
         raise KvplanError(f"max_running must be an integer >= 1, got {max_running!r}")
     replay = _Replay(num_blocks, block_size, max_running, hold_output)
@@ -110,7 +115,8 @@ def replay_prefix_cache(
     for chunk in chunks:
         if mgr is None:  # one identity per H / B blocks: the first chunk says what H is
             per = blocks_per_hash(chunk.hash_block_size, block_size) if chunk.hash_ids else 1
-            mgr = PrefixCachingBlockManager(num_blocks, block_size, enable_caching=enable_caching,
+            built = num_blocks if demand is None else max(1, min(num_blocks, demand))
+            mgr = PrefixCachingBlockManager(built, block_size, enable_caching=enable_caching,
                                             blocks_per_id=per)  # fmt: skip
         replay.run(mgr, chunk)
     stats = mgr.stats() if mgr is not None else PrefixCacheStats()
@@ -168,7 +174,23 @@ def hit_rate_sweep(
     if not sizes or min(sizes) < 1:
         raise KvplanError(f"cache sizes must be a non-empty list of block counts >= 1, "
                           f"got {cache_blocks!r}")  # fmt: skip
-    return tuple(replay_prefix_cache(make_chunks(), n, block_size, **options) for n in sizes)
+    demand = None
+    if max(sizes) > LARGE_CACHE:  # one pass to learn how large a cache could ever fill
+        demand = _demand(make_chunks(), block_size, options.get("hold_output", False))
+    return tuple(replay_prefix_cache(make_chunks(), n, block_size, demand=demand, **options)
+                 for n in sizes)
+
+
+LARGE_CACHE = 1 << 20  # blocks; above this a cache is built no larger than the stream can fill
+
+
+def _demand(chunks: Iterable[RequestChunk], block_size: int, hold_output: bool) -> int:
+    """Blocks that every request of the stream together could hold (each counted in full)."""
+    total = 0
+    for chunk in chunks:
+        lengths = chunk.prompt_len + (chunk.output_len if hold_output else 0)
+        total += int(np.sum(-(-lengths // block_size)))
+    return total
 
 
 # ---- synthetic shared prefixes ---------------------------------------------------------------
@@ -297,7 +319,7 @@ class PrefixGenerator:
             if conv.turns == spec.turns:
                 self._open[slot] = None
         return RequestChunk(chunk.arrival, np.asarray(new_len, dtype=np.int64), chunk.output_len,
-                            ids, spec.hash_block_size)  # fmt: skip
+                            ids, spec.hash_block_size, chunk.cut)  # fmt: skip
 
 
 def with_prefixes(chunks: Iterable[RequestChunk], spec: PrefixSpec,

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from kvplan.errors import WorkloadError
 from kvplan.sim import kernel as K
 from kvplan.sim.inputs import PreparedChunk, SimSetup, make_setup, prepared_chunks
 from kvplan.sim.metrics import INTEGRALS, RawRun, ServeResult, build_result
@@ -21,6 +22,23 @@ from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
 from kvplan.workload.records import AllocatorSpec, Workload
 
 EVENTS_PER_CALL = 200_000  # kernel events between progress reports
+MAX_EVENT_TICKS = 1 << 61  # the most one step or jump may move the clock (see kernel.run)
+
+
+def longest_step(setup: SimSetup) -> int:
+    """Ticks of the longest step this setup can take: the whole pool read, a full token budget.
+
+    Raises WorkloadError when even one step would pass what the int64 clock can hold.
+    """
+    c, s = setup.clock, setup.sched
+    if not c.timed:
+        return 1
+    step = c.overhead + max(c.weights + c.kv_per_token * setup.slots,
+                            c.compute_per_token * s.max_num_batched_tokens)
+    if step > MAX_EVENT_TICKS:
+        raise WorkloadError(f"one step could take {step / 1e12:.3g} s of simulated time, more than "
+                            "the simulator's clock holds; check the timing settings", field="timing")
+    return step
 
 
 def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
@@ -33,6 +51,7 @@ def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
         K.SWAP_SLOTS: s.swap_slots, K.TIMED: c.timed, K.OVERHEAD: c.overhead, K.WEIGHT_TICKS: c.weights,
         K.KV_TICKS: c.kv_per_token, K.FLOP_TICKS: c.compute_per_token, K.TAIL_SLOTS: setup.tail_slots,
         K.MAX_SAMPLES: timeline_points, K.QUEUE_CAP: s.max_num_seqs + 1,
+        K.MAX_JUMP: max(1, min(K.KCAP, MAX_EVENT_TICKS // longest_step(setup))),
     }  # fmt: skip
     for key, value in values.items():
         cfg[key] = int(value)
@@ -97,6 +116,9 @@ class KernelState:
                          EVENTS_PER_CALL)
             if progress is not None:
                 progress(int(self.st[K.DONE]), self.loaded)
+            if code == 3:
+                raise WorkloadError("the simulated time passed 2^62 ticks (53 days at the picosecond "
+                                    "ticks of a timed run): arrivals or steps too far apart", field="timing")
             if code != 2:
                 return
 

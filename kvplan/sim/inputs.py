@@ -110,15 +110,19 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
     return SimSetup(allocator.label, False, allocator.policy, 1, slots, slots, limit, s, clock)
 
 
-def clip_lengths(prompt, output, max_model_len: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Apply the module's clipping rules; returns (prompt, output, number of requests changed)."""
+def clip_lengths(prompt, output, max_model_len: int, already=None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Apply the module's clipping rules; returns (prompt, output, number of requests changed),
+    counting once a request that a trace reader had cut already (`already`, a mask)."""
     p0 = np.asarray(prompt, dtype=np.int64)
     o0 = np.asarray(output, dtype=np.int64)
     if p0.size and (p0.min() < 1 or o0.min() < 0):
         raise WorkloadError("prompt lengths must be >= 1 and output lengths >= 0", field="requests")
     p = np.minimum(p0, max_model_len - 1)
     o = np.minimum(np.maximum(o0, 1), max_model_len - p)
-    return p, o, int(np.count_nonzero((p != p0) | (o != o0)))
+    changed = (p != p0) | (o != o0)
+    if already is not None:
+        changed |= already
+    return p, o, int(np.count_nonzero(changed))
 
 
 def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChunk]:
@@ -131,7 +135,8 @@ def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChu
         if ticks[0] < last or (len(ticks) > 1 and np.any(np.diff(ticks) < 0)):
             raise WorkloadError("request arrivals must be in nondecreasing order", field="arrival")
         last = int(ticks[-1])
-        p, o, clipped = clip_lengths(chunk.prompt_len, chunk.output_len, setup.sched.max_model_len)
+        p, o, clipped = clip_lengths(chunk.prompt_len, chunk.output_len, setup.sched.max_model_len,
+                                     chunk.cut)
         if setup.paged:
             reserve = np.zeros_like(p)
         else:

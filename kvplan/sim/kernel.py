@@ -105,7 +105,9 @@ FLOP_TICKS = 13     # ticks of compute per processed token
 TAIL_SLOTS = 14     # paged: pool slots beyond the last whole block (external fragmentation)
 MAX_SAMPLES = 15    # rows of `timeline`
 QUEUE_CAP = 16      # capacity of the `requeued` and `swapped` rings
-NUM_SETTINGS = 17
+MAX_JUMP = 17       # most steps one jump covers: KCAP, or fewer when steps are so long that a
+                    # jump's closed-form time would not fit in int64
+NUM_SETTINGS = 18
 
 # -- acc[ACC_ROW, limb]: time integrals of ... dt ----------------------------------------------------
 # np.int64, not Python ints: numba compiles a separate copy of a function for every distinct int
@@ -121,6 +123,7 @@ NUM_INTEGRALS = 6
 ZERO, ONE = np.int64(0), np.int64(1)
 KCAP = 1 << 16  # longest jump: keeps every closed-form partial sum inside int64
 INF = 1 << 62
+CLOCK_LIMIT = 1 << 62  # the run stops (code 3) once the clock passes this: about 53 days in ps
 M31 = (1 << 31) - 1
 
 # -- exact arithmetic ----------------------------------------------------------------------------
@@ -801,7 +804,7 @@ def try_jump(cfg, st, req, running, requeued, swapped, run_start, run_len, timel
     n = st[NUM_RUNNING]
     if n == 0 or n > cfg[TOKEN_BUDGET]:
         return False
-    k = KCAP
+    k = cfg[MAX_JUMP]
     h0 = 0
     first = 0  # blocks the first step takes
     paged = cfg[PAGED] != 0
@@ -839,9 +842,13 @@ def try_jump(cfg, st, req, running, requeued, swapped, run_start, run_len, timel
 
 @njit(cache=True)
 def run(cfg, st, req, running, sched, requeued, swapped, run_start, run_len, timeline, acc, max_events):
-    """Simulate until done (0), until more requests must be loaded (1), or for max_events (2)."""
+    """Simulate until done (0), until more requests must be loaded (1), for max_events (2), or
+    until the clock passes CLOCK_LIMIT (3). No event moves the clock by more than 2**61 ticks
+    (engine.py bounds the longest step and MAX_JUMP), so it never overflows int64."""
     for _ in range(max_events):
         t = st[NOW]
+        if t > CLOCK_LIMIT:
+            return 3
         loaded = st[LOADED]
         if st[ALL_LOADED] == 0 and t >= req[loaded - 1, ARRIVAL]:
             return 1

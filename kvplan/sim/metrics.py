@@ -26,6 +26,7 @@ from typing import Iterator
 
 import numpy as np
 
+from kvplan.errors import WorkloadError
 from kvplan.sim.inputs import SimSetup
 
 INTEGRALS = ("time", "running", "tokens", "allocated", "final", "external")
@@ -205,8 +206,26 @@ def _timeline(raw: RawRun, setup: SimSetup) -> Timeline:
     return Timeline(raw.timeline_delta / per_unit, cols)
 
 
+def check_possible(raw: RawRun) -> None:
+    """The last line of defence: a run whose events are out of order is an error, never output.
+
+    Every request arrives, is admitted, emits its first token and finishes in that order (a
+    request with no output has no first token), at ticks >= 0 within the run.
+    """
+    arrival, admitted, first, finish = raw.arrival, raw.admitted, raw.first_token, raw.finish
+    has_first = first >= 0
+    bad = ((arrival < 0) | (admitted < arrival) | (finish < admitted) | (finish > raw.t_end)
+           | (has_first & ((first < admitted) | (first > finish))))
+    if raw.t_end < raw.t_origin or bad.any():
+        i = int(np.flatnonzero(bad)[0]) if bad.any() else 0
+        raise WorkloadError(f"internal error: an impossible result for request {i} (arrival "
+                            f"{arrival[i]}, admitted {admitted[i]}, first token {first[i]}, finish "
+                            f"{finish[i]} ticks); please report it with this workload")
+
+
 def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False) -> ServeResult:
-    """Every reported number of one run, from its integers."""
+    """Every reported number of one run, from its integers (checked by check_possible first)."""
+    check_possible(raw)
     per_unit = setup.clock.ticks_per_unit
     span = raw.integrals["time"]
     makespan = span / per_unit

@@ -61,8 +61,9 @@ class StepClock:
         Seconds: rounded to the nearest picosecond.
         """
         values = np.asarray(arrival, dtype=np.float64)
-        scaled = values * TICKS_PER_SECOND if self.timed else values
-        ticks = np.rint(scaled) if self.timed else np.ceil(scaled)
+        with np.errstate(all="ignore"):  # an overflow to inf is refused just below
+            scaled = values * TICKS_PER_SECOND if self.timed else values
+            ticks = np.rint(scaled) if self.timed else np.ceil(scaled)
         if values.size and not (np.isfinite(ticks).all() and ticks.min() >= 0
                                 and ticks.max() < MAX_ARRIVAL_TICKS):
             raise WorkloadError("arrival times must be finite, >= 0 and below about 53 days "

@@ -36,6 +36,10 @@ from kvplan.workload.yaml_nodes import YamlMap, as_float, as_int
 
 MAX_LENGTH = 2**31  # no request is longer than two billion tokens
 MAX_COLUMN_VALUES = 10_000_000  # values of a `csv` length column (80 MB as float64)
+# Arrival bounds: a rate below one request in 11.6 days or a cv outside [0.001, 1000] describes no
+# serving workload, and at the extremes the gamma shape 1/cv^2 (or the gaps) stop being numbers.
+MIN_RATE, MAX_RATE = 1e-6, 1e9
+MIN_CV, MAX_CV = 1e-3, 1e3
 
 LENGTH_DISTS = (
     "fixed", "uniform", "normal", "lognormal", "exponential", "zipf", "histogram", "csv",
@@ -369,5 +373,5 @@ def parse_arrival(node: YamlMap) -> ArrivalProcess:
     node.expect_keys("process", *_ARRIVAL_KEYS[kind])
     if kind == "all_at_once":
         return AllAtOnce()
-    rate = node.get_float("rate", gt=0)
-    return Gamma(rate, node.get_float("cv", gt=0, le=1000) if kind == "gamma" else 1.0)
+    rate = node.get_float("rate", ge=MIN_RATE, le=MAX_RATE)
+    return Gamma(rate, node.get_float("cv", ge=MIN_CV, le=MAX_CV) if kind == "gamma" else 1.0)

@@ -24,6 +24,7 @@ class RequestChunk:
     prompt_len, output_len: int64 token counts (prompt >= 1, output >= 0).
     hash_ids: optional per-request tuples of prefix-block hash ids (traces that carry them),
     each block covering `hash_block_size` tokens.
+    cut: which of these requests the reader cut at max_model_len (counted as clipped).
     """
 
     arrival: np.ndarray
@@ -31,6 +32,7 @@ class RequestChunk:
     output_len: np.ndarray
     hash_ids: list[tuple[int, ...]] | None = None
     hash_block_size: int = 0
+    cut: np.ndarray | None = None  # per request: True where a trace reader cut it short
 
     def __len__(self) -> int:
         return len(self.prompt_len)

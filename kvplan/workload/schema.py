@@ -61,6 +61,7 @@ from kvplan.workload.yaml_nodes import YamlList, YamlMap, as_int, as_map, load_y
 
 EXPERIMENTS = ("capacity", "serve", "prefix", "sharing")
 MAX_REQUESTS = 50_000_000
+MIN_EFFICIENCY = 0.01  # no GPU serves at under 1% of its bandwidth or peak; below it times stop being numbers
 MAX_SLOTS = 2**40
 DEFAULT_MAX_MODEL_LEN = 8192
 DEFAULT_SWAP_SPACE = 4 * 2**30
@@ -289,8 +290,8 @@ def _timing(node: YamlMap | None, model: dict, gpu_name: str | None) -> TimingCo
     if node is not None:
         node.expect_keys("bandwidth_efficiency", "flops_efficiency", "step_overhead_ms")
         values = {
-            "bandwidth_efficiency": node.get_float("bandwidth_efficiency", 0.8, gt=0, le=1),
-            "flops_efficiency": node.get_float("flops_efficiency", 0.5, gt=0, le=1),
+            "bandwidth_efficiency": node.get_float("bandwidth_efficiency", 0.8, ge=MIN_EFFICIENCY, le=1),
+            "flops_efficiency": node.get_float("flops_efficiency", 0.5, ge=MIN_EFFICIENCY, le=1),
             "step_overhead_s": node.get_float("step_overhead_ms", 0.0, ge=0, le=1e6) / 1000,
         }
     layout, gpu = model.get("layout"), model.get("gpu")

@@ -33,6 +33,7 @@ from kvplan.units import parse_size
 MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_NODES = 1_000_000  # values after alias expansion
 MAX_ALIAS_USES = 1_000
+MAX_DIGITS = 40  # characters of one integer: 2^63 has 19 digits, so far more is never a count
 MAX_DEPTH = 64
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -216,7 +217,7 @@ class YamlMap(YamlNode):
 
 def _bounds_text(kind: str, ge=None, gt=None, le=None, lt=None) -> str:
     pairs = ((">=", ge), (">", gt), ("<=", le), ("<", lt))
-    parts = [f"{op} {v}" for op, v in pairs if v is not None]
+    parts = [f"{op} {v:g}" if isinstance(v, float) else f"{op} {v}" for op, v in pairs if v is not None]
     return f"{kind} {' and '.join(parts)}".strip()
 
 
@@ -264,8 +265,8 @@ def as_int(node: YamlNode, **bounds) -> int:
 
 
 def as_float(node: YamlNode, **bounds) -> float:
-    """A finite number (integers accepted) within the given bounds."""
-    return float(_check_bounds(node, _number(node, "a number", bounds), "a number", **bounds))
+    """A finite number (integers accepted) within the given bounds; -0.0 reads as 0.0."""
+    return float(_check_bounds(node, _number(node, "a number", bounds), "a number", **bounds)) + 0.0
 
 
 def as_str(node: YamlNode) -> str:
@@ -366,6 +367,9 @@ class _Builder:
         elif tag in (_TAG + "bool", _TAG + "int", _TAG + "float"):
             if ":" in text:
                 message = f"sexagesimal number {text!r}: quote it or write it plainly"
+                raise self.fail(message, loc[1], loc[0])
+            if tag == _TAG + "int" and len(text) > MAX_DIGITS:
+                message = f"expected a number of at most {MAX_DIGITS} digits, got one of {len(text):,}"
                 raise self.fail(message, loc[1], loc[0])
             value = self._constructor.construct_object(node)
         else:

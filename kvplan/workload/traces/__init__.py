@@ -89,7 +89,9 @@ def _fit(rows: _Rows, mml: int | None, too_long: str) -> _Rows:
             ids = list(ids)
             for i in over.tolist():
                 ids[i] = ids[i][:keep]
-    return replace(rows, prompt=prompt, output=np.minimum(rows.output, mml - prompt), hash_ids=ids)
+    output = np.minimum(rows.output, mml - prompt)
+    return replace(rows, prompt=prompt, output=output, hash_ids=ids,
+                   cut=(prompt != rows.prompt) | (output != rows.output))
 
 
 def _tile_chunks(rows: _Rows, total: int, shift: float, chunk_size: int) -> Iterator[RequestChunk]:
@@ -103,7 +105,7 @@ def _tile_chunks(rows: _Rows, total: int, shift: float, chunk_size: int) -> Iter
             ids = [rows.hash_ids[r] if not c else tuple(h + c * span for h in rows.hash_ids[r])
                    for r, c in zip(row.tolist(), copy.tolist())]  # fmt: skip
         yield RequestChunk(rows.arrival[row] + copy * shift, rows.prompt[row], rows.output[row],
-                           ids, rows.block_size if ids is not None else 0)  # fmt: skip
+                           ids, rows.block_size if ids is not None else 0, _cut(rows, row))  # fmt: skip
 
 
 def _check_options(fmt, limit, time_scale, repeat, too_long) -> None:
@@ -196,15 +198,22 @@ def _streamed_chunks(fmt, path, time_scale, mml, too_long, chunk_size, total, sh
     while emitted < total:
         for rows in _csv_rows(fmt, path, time_scale, mml, too_long, chunk_size):
             take = min(len(rows.prompt), total - emitted)
-            yield RequestChunk(rows.arrival[:take] + copy * shift, rows.prompt[:take], rows.output[:take])
+            yield RequestChunk(rows.arrival[:take] + copy * shift, rows.prompt[:take],
+                               rows.output[:take], cut=_cut(rows, slice(0, take)))
             emitted += take
             if emitted == total:
                 return
         copy += 1
 
 
+def _cut(rows: _Rows, which) -> np.ndarray | None:
+    """Which of the rows picked by `which` max_model_len cut short."""
+    return None if rows.cut is None else rows.cut[which]
+
+
 def _head(rows: _Rows, n: int) -> _Rows:
-    return replace(rows, arrival=rows.arrival[:n], prompt=rows.prompt[:n], output=rows.output[:n])
+    return replace(rows, arrival=rows.arrival[:n], prompt=rows.prompt[:n], output=rows.output[:n],
+                   cut=None if rows.cut is None else rows.cut[:n])
 
 
 def _concat(blocks: list[_Rows]) -> _Rows:
@@ -217,8 +226,11 @@ def _concat(blocks: list[_Rows]) -> _Rows:
         b = int(np.searchsorted(starts, i, side="right")) - 1
         return blocks[b].where(i - int(starts[b]))
 
+    cut = None
+    if any(b.cut is not None for b in blocks):
+        cut = np.concatenate([b.cut if b.cut is not None else np.zeros(len(b.prompt), bool) for b in blocks])
     return _Rows(np.concatenate([b.arrival for b in blocks]), np.concatenate([b.prompt for b in blocks]),
-                 np.concatenate([b.output for b in blocks]), where)
+                 np.concatenate([b.output for b in blocks]), where, cut=cut)
 
 
 def read_trace(fmt: str, path: str | Path, **options) -> Iterator[RequestChunk]:

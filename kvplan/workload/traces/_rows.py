@@ -23,6 +23,7 @@ class _Rows:
     hash_ids: list[tuple[int, ...]] | None = None
     block_size: int = 0
     hash_partial: bool = True  # the last, partial block has an id (mooncake) or not (agentic)
+    cut: np.ndarray | None = None  # per row: True where max_model_len cut the prompt or output
 
 
 

@@ -74,17 +74,20 @@ _DTYPES = (np.float64, np.int64, np.int64)
 def _mooncake_chunks(path, t0, total, scale, shift, mml, too_long, chunk_size):
     emitted, copy, span = 0, 0, 0
     buf: tuple[list, list, list, list] = ([], [], [], [])
+    cut: list[bool] = []
     while emitted < total:
         for line, ts, n_in, n_out, ids in _mooncake_records(path):
             if copy == 0 and ids:
                 span = max(span, max(ids) + 1)
             if mml is not None:
+                was = (n_in, n_out)
                 if n_in > mml:
                     if too_long == "error":
                         raise TraceError(f"prompt of {n_in} tokens exceeds max_model_len {mml}",
                                          file=path, line=line, field="input_length")  # fmt: skip
                     n_in, ids = mml, ids[: -(-mml // MOONCAKE_BLOCK)]
                 n_out = min(n_out, mml - n_in)
+            cut.append(mml is not None and (n_in, n_out) != was)
             off = copy * span
             for col, v in zip(buf, ((ts - t0) / 1000 * scale + copy * shift, n_in, n_out,
                                     tuple(ids) if not off else tuple(h + off for h in ids))):
@@ -92,8 +95,8 @@ def _mooncake_chunks(path, t0, total, scale, shift, mml, too_long, chunk_size):
             emitted += 1
             if len(buf[0]) == chunk_size or emitted == total:
                 t, p, o = (np.asarray(col, dtype) for col, dtype in zip(buf, _DTYPES))
-                yield RequestChunk(t, p, o, buf[3], MOONCAKE_BLOCK)
-                buf = ([], [], [], [])
+                yield RequestChunk(t, p, o, buf[3], MOONCAKE_BLOCK, np.asarray(cut, dtype=bool))
+                buf, cut = ([], [], [], []), []
                 if emitted == total:
                     return
         copy += 1
