@@ -50,11 +50,14 @@ MAX_MESSAGE = 400  # characters of one error line; a 10 MB value in a file must 
 
 
 def cut(text: str, limit: int = MAX_MESSAGE) -> str:
-    """`text`, or its head and tail around a note of how much was left out."""
-    if len(text) <= limit:
-        return text
-    head, tail = limit * 3 // 4, limit // 8
-    return f"{text[:head]}...[{len(text) - head - tail:,} characters cut]...{text[-tail:]}"
+    """`text`, or its head and tail around a note of how much was left out; characters that a
+    terminal would not print (NUL, escapes) are shown as \\xNN."""
+    if len(text) > limit:
+        head, tail = limit * 3 // 4, limit // 8
+        text = f"{text[:head]}...[{len(text) - head - tail:,} characters cut]...{text[-tail:]}"
+    if not text.isprintable():
+        return cut("".join(c if c.isprintable() else repr(c)[1:-1] for c in text), limit)
+    return text
 
 
 class ConfigError(KvplanError):

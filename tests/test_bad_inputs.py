@@ -8,6 +8,7 @@ to strict XPASS failures once fixed, and the mark is then removed from cases.yam
 
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def _experiment(path: str) -> str | None:
     from kvplan.workload.yaml_nodes import MAX_FILE_BYTES
 
     try:
-        if Path(path).stat().st_size > MAX_FILE_BYTES:
+        if not Path(path).is_file() or Path(path).stat().st_size > MAX_FILE_BYTES:
             return None
         doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except Exception:  # the corpus is full of unreadable files; they fail before options matter
@@ -95,6 +96,7 @@ def assert_one_located_line(case: dict, code: int, out: str, err: str, places) -
     assert out == "", f"stdout not empty: {out[:500]}"
     assert err.endswith("\n") and err.count("\n") == 1, f"not one line: {err!r}"
     assert err.startswith("kvplan: error: ")
+    assert len(err) <= 500 and err[:-1].isprintable(), f"not a sane line: {err[:300]!r}"
     wanted = [case["says"]]
     if case["file"] is not None:
         wanted.append(case["file"])
@@ -195,6 +197,80 @@ GENERATED = {
     "config-deep-nesting": lambda d: (["size", str(_write(d / "config.json", b"[" * 100_000 + b"]" * 100_000))],
                                       "config.json", "not valid JSON"),
 }
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _loop(path: Path) -> Path:
+    os.symlink(path, path)
+    return path
+
+
+def _trace_workload(d: Path, fmt: str, trace: Path, name: str = "w.yaml") -> Path:
+    return _write(d / name, f"experiment: capacity\npool: {{slots: 100000}}\nrequests:\n"
+                            f"  trace: {{format: {fmt}, path: {trace}}}\n".encode())
+
+
+def _column_workload(d: Path, column: Path) -> Path:
+    return _write(d / "w.yaml", ("experiment: capacity\npool: {slots: 100000}\nrequests:\n  count: 10\n"
+                                 f"  prompt: {{dist: csv, path: {column}, column: tokens}}\n"
+                                 "  output: {dist: fixed, value: 10}\n").encode())
+
+
+def _opt_config(**changes) -> bytes:
+    import json
+
+    config = json.loads((CORPUS.parents[1] / "models" / "facebook" / "opt-13b" / "config.json").read_text())
+    return json.dumps({**config, **changes}).encode()
+
+
+def _agentic_folder(d: Path) -> Path:
+    folder = d / "sessions"
+    folder.mkdir()
+    _fifo(folder / "a.json")
+    return folder
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+OK_CHECKS = str(CORPUS / "checks" / "ok.yaml")
+OK_SERVE = str(CORPUS / "workloads" / "ok-serve.yaml")
+LONG_LINE = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10," + b"9" * (1 << 20) + b"\n"
+
+GENERATED.update({
+    # things that are not regular files: refused by what they are, never opened
+    "fifo-workload": lambda d: (["simulate", str(_fifo(d / "w.yaml"))], "w.yaml", "not a FIFO or device"),
+    "fifo-check": lambda d: (["check", str(_fifo(d / "c.yaml"))], "c.yaml", "not a FIFO or device"),
+    "fifo-baseline": lambda d: (["check", OK_CHECKS, "--baseline", str(_fifo(d / "b.json"))], "b.json", "not a FIFO or device"),
+    "fifo-trace": lambda d: (["simulate", str(_trace_workload(d, "azure", _fifo(d / "t.csv")))], "w.yaml", "not a FIFO or device"),
+    "fifo-length-column": lambda d: (["simulate", str(_column_workload(d, _fifo(d / "l.csv")))], "w.yaml", "not a FIFO or device"),
+    "fifo-agentic-session": lambda d: (["simulate", str(_trace_workload(d, "agentic", _agentic_folder(d)))], "a.json", "not a FIFO or device"),
+    "fifo-config": lambda d: (["size", str(_fifo(d / "config.json"))], "config.json", "neither a file"),
+    "fifo-csv-output": lambda d: (["simulate", OK_SERVE, "--plot", str(d / "p.png"), "--csv", str(_fifo(d / "rows.csv"))], "rows.csv", "not a regular file"),
+    # symlink loops
+    "loop-workload": lambda d: (["simulate", str(_loop(d / "w.yaml"))], "w.yaml", "symlink loop"),
+    "loop-check": lambda d: (["check", str(_loop(d / "c.yaml"))], "c.yaml", "symlink loop"),
+    "loop-trace": lambda d: (["simulate", str(_trace_workload(d, "azure", _loop(d / "t.csv")))], "w.yaml", "symlink loop"),
+    "loop-baseline": lambda d: (["check", OK_CHECKS, "--baseline", str(_loop(d / "b.json"))], "b.json", "symlink loop"),
+    "loop-csv-output": lambda d: (["simulate", OK_SERVE, "--plot", str(d / "p.png"), "--csv", str(_loop(d / "rows.csv"))], "rows.csv", "symlink loop"),
+    "loop-config": lambda d: (["size", str(_loop(d / "config.json"))], "config.json", "neither a file"),
+    # bounded reading
+    "trace-line-too-long": lambda d: (["simulate", str(_trace_workload(d, "azure", _write(d / "t.csv", LONG_LINE)))], "t.csv", "line longer than 1 MiB"),
+    "trace-gzip-line-too-long": lambda d: (["simulate", str(_trace_workload(d, "azure", _write(d / "t.csv.gz", gzip.compress(LONG_LINE))))], "t.csv.gz", "line longer than 1 MiB"),
+    "trace-sharegpt-deep-nesting": lambda d: (["simulate", str(_trace_workload(d, "sharegpt", _write(d / "s.json", DEEP)))], "s.json", "nested too deeply"),
+    "trace-sharegpt-jsonl-deep-nesting": lambda d: (["simulate", str(_trace_workload(d, "sharegpt", _write(d / "s.jsonl", DEEP + b"\n")))], "s.jsonl", "nested too deeply"),
+    "trace-mooncake-deep-nesting": lambda d: (["simulate", str(_trace_workload(d, "mooncake", _write(d / "m.jsonl", b'{"hash_ids": ' + DEEP + b"}\n")))], "m.jsonl", "nested too deeply"),
+    "trace-agentic-deep-nesting": lambda d: (["simulate", str(_trace_workload(d, "agentic", _write(d / "a.json", DEEP)))], "a.json", "nested too deeply"),
+    # a huge value becomes a short line
+    "config-10mb-string": lambda d: (["size", str(_write(d / "config.json", _opt_config(torch_dtype="x" * 10_000_000)))], "config.json", "characters cut"),
+    "workload-5mb-string": lambda d: (["simulate", str(_write(d / "w.yaml", b"experiment: " + b"x" * 5_000_000 + b"\n"))], "w.yaml", "characters cut"),
+    "check-5mb-name": lambda d: (["check", str(_write(d / "c.yaml", b"checks:\n  - name: " + b"n" * 5_000_000 + b"\n"))], "c.yaml", "characters cut"),
+    "trace-control-characters": lambda d: (["simulate", str(_trace_workload(d, "azure", _write(d / "t.csv", b"\x1b[2J\x07,x\n")))], "t.csv", "missing column"),
+})
+# Generated cases that could block if they regressed: run them in a subprocess with the hang guard.
+GENERATED_SUBPROCESS = {name for name in GENERATED if name.startswith("fifo-")}
 GENERATED_BUGS: dict[str, str] = {}
 
 
@@ -219,7 +295,11 @@ def test_generated_bad_input(name, tmp_path, places, capsys, monkeypatch):
     case = {"file": file, "field": None, "says": says}
     if name in REFUSED_UNPARSED:
         _forbid_parsing(monkeypatch, REFUSED_UNPARSED[name])
-    code, out, err = run_in_process(command_line({"args": args}, places[1]), capsys)
+    line = command_line({"args": args}, places[1])
+    if name in GENERATED_SUBPROCESS:
+        code, out, err = run_subprocess(line, places[0], HANG_GUARD_S)
+    else:
+        code, out, err = run_in_process(line, capsys)
     assert_one_located_line(case, code, out, err, places)
 
 

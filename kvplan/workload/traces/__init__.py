@@ -169,7 +169,8 @@ def _open_csv(fmt, path, limit, time_scale, repeat, mml, too_long, chunk_size) -
     stop = limit if repeat == 1 else None
     kept: list[_Rows] | None = []
     count, last = 0, 0.0
-    for rows in _csv_rows(fmt, path, time_scale, mml, too_long, chunk_size):
+    block = min(chunk_size, stop) if stop is not None else chunk_size  # read no row past `limit`
+    for rows in _csv_rows(fmt, path, time_scale, mml, too_long, block):
         if stop is not None and count + len(rows.prompt) > stop:
             rows = _head(rows, stop - count)
         count += len(rows.prompt)

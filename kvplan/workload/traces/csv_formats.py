@@ -121,6 +121,14 @@ def _azure_times(ts: list[str], lines: np.ndarray, path: Path) -> np.ndarray:
     if np.isnat(stamps).any():
         first = int(np.isnat(stamps).argmax())
         raise TraceError("empty timestamp", file=path, line=int(lines[first]), field="TIMESTAMP")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        seconds = np.asarray(ts, dtype="datetime64[s]")  # numpy wraps ns stamps past 2262 silently
+    wrapped = np.flatnonzero(stamps.astype("datetime64[s]") != seconds)
+    if wrapped.size:
+        i = int(wrapped[0])
+        raise TraceError(f"expected a date-time between 1678 and 2261, got {ts[i][:40]!r}", file=path,
+                         line=int(lines[i]), field="TIMESTAMP")
     return stamps
 
 
