@@ -392,3 +392,42 @@ def test_workloads_at_the_edges_give_a_result_or_one_error(text):
         ttft, e2e = result["ttft_s"], result["e2e_s"]
         assert all(np.isfinite(v) for v in (*ttft.values(), *e2e.values())), result
         assert 0 <= ttft["mean"] <= e2e["mean"] + 1e-9 and ttft["p99"] <= e2e["p99"] + 1e-9, result
+
+
+SIZE_EDGES = {
+    "tokens": [1, 2, 8_192, 2**31],
+    "tp": [1, 3, 8, 4_096],
+    "block_size": [1, 16, 2**20],
+    "kv_memory": ["1", "1MiB", "12GiB", "1PiB"],
+    "kv_dtype": ["auto", "fp8", "int4", "fp32"],
+    "batch": [1, 2**20],
+}
+
+
+@st.composite
+def extreme_checks(draw) -> dict:
+    """A valid size check whose options sit at their bounds, on a model of every family."""
+    spec = {"model": draw(st.sampled_from(["facebook/opt-13b", "deepseek-ai/DeepSeek-V3", "google/gemma-3-27b-it",
+                                           "Qwen/Qwen3-Next-80B-A3B-Instruct", "ai21labs/Jamba-v0.1"]))}
+    for key, values in SIZE_EDGES.items():
+        if draw(st.booleans()):
+            spec[key] = draw(st.sampled_from(values))
+    if "kv_memory" not in spec and draw(st.booleans()):
+        spec["gpu"] = draw(st.sampled_from(["L4", "H200", "MI300X"]))
+    return {"name": "edge", "size": spec, "expect": ["bytes_per_token >= 0"]}
+
+
+@given(check=extreme_checks())
+@settings(max_examples=80, derandomize=True)
+def test_check_files_at_the_edges_give_a_report_or_one_error(check):
+    from kvplan.check.run import load_checks, run_checks
+
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        path = write(Path(folder) / "c.yaml", yaml.safe_dump({"checks": [check]}, sort_keys=False))
+        try:
+            report = run_checks(load_checks(path))
+        except KvplanError as exc:
+            assert str(exc) and "\n" not in str(exc)
+            return
+    assert report.to_dict()["num_assertions"] == 1

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 import typer
 
@@ -60,7 +61,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every input error into one line and exit code 2."""
     debug = os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
     try:
-        with _signals_as_exceptions():
+        with _signals_as_exceptions(), warnings.catch_warnings():
+            if not debug:  # numeric warnings (overflow in an extreme input) are not output
+                warnings.simplefilter("ignore", RuntimeWarning)
             code = app(args=argv, prog_name="kvplan", standalone_mode=False)
             sys.stdout.flush()
     except SystemExit as exc:
