@@ -47,8 +47,10 @@ def test_size_json_is_deterministic(run_cli):
 
 def test_nothing_fits_message(run_cli):
     """A model too large for the GPU says so instead of printing nonsense."""
-    code, out, _ = run_cli("size", "meta-llama/Meta-Llama-3-70B", "--gpu", "L4")
+    code, out, _ = run_cli("size", "meta-llama/Meta-Llama-3-70B", "--gpu", "L4", "--engine", "none")
     assert code == 0 and "Nothing fits" in out
+    code, out, _ = run_cli("size", "meta-llama/Meta-Llama-3-70B", "--gpu", "L4")
+    assert code == 0 and "vLLM would not start" in " ".join(out.split()) and "CUDA out of memory" in " ".join(out.split())
 
 
 def test_models_lists_catalog(run_cli):

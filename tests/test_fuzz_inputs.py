@@ -94,7 +94,7 @@ def test_config_reader_and_layout_never_crash(raw, kv_dtype, tp):
     try:
         spec = read_model(raw, "fuzz", "fuzz/config.json")
         layout = build_layout(spec, kv_dtype, tp)
-        assert layout.bytes_per_token >= 0 and layout.kv_bytes(layout.max_context) >= 0
+        assert layout.bytes_per_token >= 0 and layout.kv_bytes(layout.max_context or 4096) >= 0
         assert estimate_weights(spec).bytes >= 0
     except KvplanError as exc:
         assert str(exc)

@@ -184,7 +184,7 @@ def test_text_config_nesting():
     assert layout_of(raw).bytes_per_token == 131_072
 
 
-@pytest.mark.parametrize("drop", ["num_hidden_layers", "hidden_size", "num_attention_heads", "max_position_embeddings"])
+@pytest.mark.parametrize("drop", ["num_hidden_layers", "hidden_size", "num_attention_heads"])
 def test_missing_field_names_file_and_field(drop):
     """A config missing a needed field gets a one-line error naming the file and the field."""
     raw = {k: v for k, v in LLAMA3_8B.items() if k != drop}
@@ -192,6 +192,28 @@ def test_missing_field_names_file_and_field(drop):
         layout_of(raw, name="m")
     text = str(err.value)
     assert "m/config.json" in text and drop in text and "\n" not in text
+
+
+@pytest.mark.parametrize("key", ["max_position_embeddings", "seq_length", "n_positions", "max_seq_len",
+                                 "max_sequence_length"])
+def test_the_context_is_read_from_whichever_field_exists(key):
+    raw = {k: v for k, v in LLAMA3_8B.items() if k != "max_position_embeddings"}
+    assert layout_of({**raw, key: 4096}).max_context == 4096
+
+
+def test_a_config_without_a_context_needs_tokens_only_when_sizing_to_the_context(tmp_path):
+    """BLOOM (ALiBi) states no context: its layout reads, `size --tokens` works, and without
+    --tokens the error names the field and says to give --tokens."""
+    from kvplan.model.size import size
+
+    raw = {k: v for k, v in LLAMA3_8B.items() if k != "max_position_embeddings"}
+    assert layout_of(raw).max_context is None
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    assert size(str(path), tokens=2048, kv_memory="10GiB").report.kv_bytes == 2048 * 131_072
+    with pytest.raises(ConfigError, match="give --tokens") as err:
+        size(str(path))
+    assert err.value.field == "max_position_embeddings"
 
 
 def test_bad_values_are_errors():

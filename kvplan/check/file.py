@@ -26,7 +26,8 @@ from kvplan.workload.yaml_nodes import (
 
 FAIL_ON = ("change", "drop", "rise")
 SIZE_KEYS = ("model", "tokens", "kv_dtype", "tp", "batch", "gpu", "gpu_memory_utilization",
-             "kv_memory", "block_size")  # fmt: skip
+             "kv_memory", "block_size", "engine", "quantization", "max_num_batched_tokens",
+             "max_num_seqs", "enforce_eager")  # fmt: skip
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}")
 
 
@@ -97,7 +98,12 @@ def _size_options(spec: YamlMap, base: Path) -> dict:
             "gpu": spec.get_str("gpu", None),
             "gpu_memory_utilization": spec.get_float("gpu_memory_utilization", None, gt=0, le=1),
             "kv_memory": spec.get_size("kv_memory", None, gt=0),
-            "block_size": spec.get_int("block_size", 16, ge=1, le=2**20)}  # fmt: skip
+            "block_size": spec.get_int("block_size", 16, ge=1, le=2**20),
+            "engine": spec.get_choice("engine", ("vllm", "none"), "vllm"),
+            "quantization": spec.get_str("quantization", None),
+            "max_num_batched_tokens": spec.get_int("max_num_batched_tokens", None, ge=1, le=2**31),
+            "max_num_seqs": spec.get_int("max_num_seqs", None, ge=1, le=2**31),
+            "enforce_eager": spec.get_bool("enforce_eager", False)}  # fmt: skip
     if opts["gpu"] is None and opts["kv_memory"] is None and "gpu_memory_utilization" in spec:
         raise spec.node("gpu_memory_utilization").error("needs a gpu")
     return opts

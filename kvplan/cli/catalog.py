@@ -27,22 +27,22 @@ def models(json: JsonOpt = False) -> None:
 
 
 def gpus(json: JsonOpt = False) -> None:
-    """List the GPU catalog: memory, HBM bandwidth and peak dense bf16 FLOP/s."""
+    """List the GPU catalog: memory, memory as CUDA reports it, HBM bandwidth, peak dense bf16."""
     from kvplan.model.gpus import GPUS
     from kvplan.report.output import console, emit_json
     from kvplan.units import format_bytes
 
-    rows = [dict(name=g.name, memory_bytes=g.memory_bytes, hbm_bytes_per_s=g.hbm_bytes_per_s,
-                 peak_bf16_flops=g.peak_bf16_flops) for g in GPUS.values()]
+    rows = [dict(name=g.name, memory_bytes=g.memory_bytes, cuda_memory_bytes=g.cuda_memory_bytes,
+                 hbm_bytes_per_s=g.hbm_bytes_per_s, peak_bf16_flops=g.peak_bf16_flops) for g in GPUS.values()]
     if json:
         emit_json({"gpus": rows})
         return
     from rich.table import Table
 
     table = Table(title="GPU catalog", title_justify="left")
-    for col in ("GPU", "memory", "HBM bandwidth", "peak bf16"):
+    for col in ("GPU", "memory", "as CUDA reports it", "HBM bandwidth", "peak bf16"):
         table.add_column(col, justify="left" if col == "GPU" else "right")
     for r in rows:
-        table.add_row(r["name"], format_bytes(r["memory_bytes"]), f"{r['hbm_bytes_per_s'] / 1e12:.2f} TB/s",
-                      f"{r['peak_bf16_flops'] / 1e12:.0f} TFLOP/s")
+        table.add_row(r["name"], format_bytes(r["memory_bytes"]), format_bytes(r["cuda_memory_bytes"]),
+                      f"{r['hbm_bytes_per_s'] / 1e12:.2f} TB/s", f"{r['peak_bf16_flops'] / 1e12:.0f} TFLOP/s")
     console().print(table)

@@ -11,14 +11,19 @@ from kvplan.cli.options import JsonOpt, KvDtypeOpt, TpOpt
 
 def size(
     model: Annotated[str, typer.Argument(help="Model id (catalog, HF cache or hub) or path to a config.json.")],
-    tokens: Annotated[Optional[int], typer.Option(help="Tokens per request (default: the model's context).")] = None,
+    tokens: Annotated[Optional[int], typer.Option("--tokens", "--max-model-len", help="Tokens per request, vLLM's max_model_len (default: the model's context).")] = None,
     kv_dtype: KvDtypeOpt = "auto",
     tp: TpOpt = 1,
     batch: Annotated[int, typer.Option(help="Concurrent requests to check.")] = 1,
     gpu: Annotated[Optional[str], typer.Option(help="GPU from the catalog (see `kvplan gpus`).")] = None,
-    gpu_memory_utilization: Annotated[Optional[float], typer.Option(help="Share of GPU memory for weights + KV, with --gpu (default 0.92, vLLM's).")] = None,
+    gpu_memory_utilization: Annotated[Optional[float], typer.Option(help="Share of GPU memory vLLM may use, with --gpu (default 0.9, vLLM's; 0.92 with --engine none).")] = None,
     kv_memory: Annotated[Optional[str], typer.Option(help="KV memory per GPU, e.g. 40GiB (instead of --gpu).")] = None,
     block_size: Annotated[int, typer.Option(help="Paged KV block size in tokens.")] = 16,
+    engine: Annotated[str, typer.Option(help="vllm: the KV pool vLLM will log at start-up, and whether it starts; none: GPU memory x utilization less the weights.")] = "vllm",
+    quantization: Annotated[Optional[str], typer.Option(help="vLLM's online quantization of a bf16 checkpoint: fp8.")] = None,
+    max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="vLLM's --max-num-batched-tokens (default: vLLM's for the GPU).")] = None,
+    max_num_seqs: Annotated[Optional[int], typer.Option(help="vLLM's --max-num-seqs (default: vLLM's for the GPU).")] = None,
+    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs.")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Bytes of KV per token and per request, and what fits on a GPU.
@@ -28,7 +33,9 @@ def size(
     from kvplan.model.size import size as size_of
 
     run = size_of(model, tokens=tokens, kv_dtype=kv_dtype, tp=tp, batch=batch, gpu=gpu,
-                  gpu_memory_utilization=gpu_memory_utilization, kv_memory=kv_memory, block_size=block_size)
+                  gpu_memory_utilization=gpu_memory_utilization, kv_memory=kv_memory, block_size=block_size,
+                  engine=engine, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+                  max_num_seqs=max_num_seqs, enforce_eager=enforce_eager)
     if json:
         from kvplan.report.output import emit_json
 

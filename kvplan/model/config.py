@@ -57,7 +57,7 @@ class ModelSpec:
     model_type: str
     dtype: str
     dtype_note: str
-    max_context: int
+    max_context: int | None  # None: the config states none (BLOOM's ALiBi)
     hidden_size: int
     num_heads: int
     vocab_size: int
@@ -146,12 +146,10 @@ def read_model(raw: dict[str, Any], name: str, source: str) -> ModelSpec:
     num_layers = cfg.int(*LAYERS_KEYS, maximum=MAX_LAYERS)
     hidden = cfg.int(*HIDDEN_KEYS)
     heads = cfg.int(*HEADS_KEYS)
-    context = cfg.int(*CONTEXT_KEYS, default=DEFAULT_CONTEXT.get(model_type, 0))
-    if context == 0:
-        raise ConfigError(
-            "missing; expected the model's context length", file=source, field=CONTEXT_KEYS[0]
-        )
-    layers = _layers(cfg, model_type, num_layers, hidden, heads, context)
+    # Read whichever context field exists; a config with none (BLOOM: ALiBi has no position limit)
+    # is fine as long as the caller says how many tokens (`kvplan size --tokens`).
+    context = cfg.int(*CONTEXT_KEYS, default=DEFAULT_CONTEXT.get(model_type, 0)) or None
+    layers = _layers(cfg, model_type, num_layers, hidden, heads, context or MAX_VALUE)
     vocab = cfg.int("vocab_size", "padded_vocab_size")
     tie = cfg.bool("tie_word_embeddings", default=_ties_by_default(model_type))
     return ModelSpec(

@@ -17,7 +17,7 @@ def model_facts(model: str, kv_dtype: str = "auto", tp: int = 1, gpu_name: str |
     weights = estimate_weights(spec)
     return dict(
         layout=build_layout(spec, kv_dtype, tp),
-        weight_bytes=-(-weights.bytes // tp),
+        weight_bytes=weights.bytes_per_gpu(tp),
         gpu=get_gpu(gpu_name) if gpu_name else None,
         flops_per_token=weights.flops_per_token / tp,
         params=weights.params,

@@ -19,6 +19,11 @@ from dataclasses import asdict, dataclass
 from kvplan.errors import UsageError
 from kvplan.model.gpus import GPU
 from kvplan.model.layout import KVLayout
+from kvplan.model.vllm_memory import (EngineOptions, StartupMemory, max_len_reason, no_kv_reason,
+                                      startup_memory, weights_reason)
+
+MAX_TOKENS = 2**31  # the longest request searched for when a model states no context
+BARE_UTILIZATION = 0.92  # engine "none": the share of the device's memory kvplan has always used
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,9 @@ class SizeReport:
     vllm_kv_cache_tokens: int | None = None
     fits: bool | None = None
     longest_context: int | None = None
+    engine: str | None = None  # "vllm": the pool and verdict vLLM would find; "none": the bare bound
+    reason: str | None = None  # why vLLM would not start, in its words
+    memory_breakdown: dict | None = None  # vLLM's start-up memory on one GPU (engine "vllm")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -62,15 +70,28 @@ def size_model(
     weight_bytes: int = 0,
     params: int = 0,
     gpu: GPU | None = None,
-    gpu_memory_utilization: float = 0.92,
+    gpu_memory_utilization: float | None = None,
     kv_memory: int | None = None,
+    weight_bytes_per_gpu: int | None = None,
+    engine: str = "none",
+    engine_options: EngineOptions | None = None,
+    engine_shape: dict | None = None,
 ) -> SizeReport:
+    """The fit of a model on a GPU (or a stated KV memory); see the module docstring.
+
+    engine "none": the pool is the GPU's memory (as the device reports it) x utilization (0.92
+    by default) less the weights. engine "vllm" (with `engine_options` and `engine_shape`): the
+    pool vLLM itself will find, from kvplan/model/vllm_memory.py, with its verdict.
+    """
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = (engine_options.gpu_memory_utilization if engine == "vllm" and engine_options
+                                  else BARE_UTILIZATION)
     for name, value in (("tokens", tokens), ("batch", batch), ("block-size", block_size)):
         if not 1 <= value <= 2**40:
             raise UsageError(f"expected an integer from 1 to 2^40, got {value}", field=name)
     if not 0 < gpu_memory_utilization <= 1:
         raise UsageError(f"expected a fraction in (0, 1], got {gpu_memory_utilization}", field="gpu-memory-utilization")
-    per_gpu_weights = -(-weight_bytes // layout.tp)
+    per_gpu_weights = weight_bytes_per_gpu if weight_bytes_per_gpu is not None else -(-weight_bytes // layout.tp)
     base = dict(
         model=layout.model, kv_dtype=layout.kv_dtype, tp=layout.tp, tokens=tokens, batch=batch,
         block_size=block_size, bytes_per_token=layout.bytes_per_token, kv_bytes=layout.kv_bytes(tokens),
@@ -79,20 +100,41 @@ def size_model(
     )
     if kv_memory is None and gpu is None:
         return SizeReport(**base)
+    memory, reason = None, None
     if kv_memory is not None:
         pool = kv_memory
+    elif engine == "vllm":
+        memory = startup_memory(total=gpu.cuda_memory_bytes, gpu_name=gpu.name, weights=per_gpu_weights,
+                                tp=layout.tp, options=engine_options, **engine_shape)
+        pool = max(memory.kv, 0)
+        reason = _verdict(layout, memory, tokens, block_size)
     else:  # weights larger than the GPU's share leave no pool at all (never a negative one)
         pool = max(int(gpu.memory_bytes * gpu_memory_utilization) - per_gpu_weights, 0)
     fit = pool_fit(layout, pool, tokens, block_size)
     return SizeReport(
         **base,
         gpu=gpu.name if gpu else None,
-        gpu_memory_bytes=gpu.memory_bytes if gpu else None,
+        gpu_memory_bytes=(memory.total if memory else gpu.memory_bytes) if gpu else None,
         gpu_memory_utilization=gpu_memory_utilization if gpu and kv_memory is None else None,
         kv_pool_bytes=pool,
-        fits=fit["max_concurrency"] >= batch,
+        fits=fit["max_concurrency"] >= batch and reason is None,
+        engine=engine if gpu and kv_memory is None else None,
+        reason=reason,
+        memory_breakdown=memory.breakdown() if memory else None,
         **fit,
     )
+
+
+def _verdict(layout: KVLayout, memory: StartupMemory, max_model_len: int, block_size: int) -> str | None:
+    """vLLM's start-up failure for this memory, in vLLM's words, or None when it starts."""
+    if memory.weights > memory.total:
+        return weights_reason(memory.weights, memory.total)
+    if memory.kv <= 0:
+        return no_kv_reason()
+    needed = layout.seq_bytes_in_blocks(max_model_len, block_size)
+    if needed > memory.kv:
+        return max_len_reason(max_model_len, needed, memory.kv, longest_context(layout, memory.kv, block_size))
+    return None
 
 
 def pool_fit(layout: KVLayout, pool: int, tokens: int, block_size: int) -> dict:
@@ -124,7 +166,7 @@ def longest_context(layout: KVLayout, usable_bytes: int, block_size: int) -> int
     """The longest single request, up to the model's context, that fits in `usable_bytes` (0 if none)."""
     if layout.seq_bytes_in_blocks(1, block_size) > usable_bytes:
         return 0
-    limit = layout.max_context
+    limit = layout.max_context or MAX_TOKENS
     if layout.seq_bytes_in_blocks(limit, block_size) <= usable_bytes:
         return limit
     lo, hi = 1, limit

@@ -51,7 +51,8 @@ from kvplan.errors import ConfigError, UsageError
 MiB = 1024**2
 GiB = 1024**3
 CATALOG_FILE = Path(__file__).with_name("gpus.json")
-FIGURES = ("memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops")
+FIGURES = ("memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes")
+WHOLE = ("memory_bytes", "cuda_memory_bytes")  # figures in whole bytes
 VENDORS = ("NVIDIA", "AMD")
 
 
@@ -65,6 +66,7 @@ class GPU:
     peak_bf16_flops: float
     vendor: str
     sources: dict[str, str] = field(hash=False, compare=False)  # figure -> where it comes from
+    cuda_memory_bytes: int = 0  # the total CUDA reports to a process (torch.cuda.mem_get_info)
 
     @property
     def memory_gib(self) -> float:
@@ -105,7 +107,7 @@ def _entry(row, path: Path, where: str) -> tuple[GPU, tuple[str, ...]]:
         if not isinstance(figure, dict) or set(figure) != {"value", "source"}:
             raise fail('expected {"value": number, "source": "where it comes from"}', key)
         value, source = figure["value"], figure["source"]
-        whole = key == "memory_bytes"
+        whole = key in WHOLE
         if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
                 or not math.isfinite(value) or value <= 0):
             raise fail(f"expected a positive {'whole number of bytes' if whole else 'number'}", f"{key}.value")

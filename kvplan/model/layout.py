@@ -82,7 +82,7 @@ class KVLayout:
     kv_dtype: str
     tp: int
     groups: tuple[LayerGroup, ...]
-    max_context: int
+    max_context: int | None
 
     @property
     def bytes_per_token(self) -> int:

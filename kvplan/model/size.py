@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.errors import UsageError
+from kvplan.errors import ConfigError, UsageError
 from kvplan.model.build import build_layout
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
 from kvplan.model.fit import SizeReport, size_model
 from kvplan.model.layout import KVLayout
 from kvplan.model.resolve import load_spec
-from kvplan.model.weights import estimate_weights
+from kvplan.model.vllm_memory import DEFAULT_UTILIZATION, EngineOptions
+from kvplan.model.weights import engine_shape, estimate_weights
 from kvplan.units import parse_size
+
+
+ENGINES = ("vllm", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +39,23 @@ def size(
     gpu_memory_utilization: float | None = None,
     kv_memory: str | int | None = None,
     block_size: int = 16,
+    engine: str = "vllm",
+    quantization: str | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    enforce_eager: bool = False,
 ) -> SizeRun:
-    """Everything `kvplan size` prints, as data; bad options raise KvplanError naming the option."""
+    """Everything `kvplan size` prints, as data; bad options raise KvplanError naming the option.
+
+    With a GPU and engine "vllm" the pool is what vLLM will log as "Available KV cache memory"
+    (kvplan/model/vllm_memory.py) and `tokens` is vLLM's max_model_len; engine "none" keeps
+    the bare bound: the GPU's memory x utilization less the weights.
+    """
+    if engine not in ENGINES:
+        raise UsageError(f"expected one of {', '.join(ENGINES)}, got {engine!r}", field="--engine")
+    for field, value in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
+        if value is not None and not 1 <= value <= 2**31:
+            raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=field)
     if kv_dtype not in KV_DTYPE_CHOICES:
         raise UsageError(f"expected one of {', '.join(KV_DTYPE_CHOICES)}, got {kv_dtype!r}", field="--kv-dtype")
     if gpu_memory_utilization is not None and gpu is None:
@@ -53,18 +72,30 @@ def size(
     spec = load_spec(model)
     layout = build_layout(spec, kv_dtype, tp)
     notes = [spec.dtype_note] if spec.dtype_note else []
-    weights = estimate_weights(spec)
+    weights = estimate_weights(spec, quantization)
+    if weights.scheme != "none":
+        notes.append(f"weights as loaded: {weights.scheme}")
+    if tokens is None and spec.max_context is None:
+        raise ConfigError("missing; the config states no context length (ALiBi models such as BLOOM "
+                          "have none), so give --tokens", file=spec.source, field="max_position_embeddings")
     report = size_model(
         layout,
         tokens=tokens if tokens is not None else spec.max_context,
         batch=batch,
         block_size=block_size,
         weight_bytes=weights.bytes,
+        weight_bytes_per_gpu=weights.bytes_per_gpu(tp),
         params=weights.params,
         gpu=gpu_spec,
-        gpu_memory_utilization=0.92 if gpu_memory_utilization is None else gpu_memory_utilization,
+        gpu_memory_utilization=gpu_memory_utilization,
         kv_memory=kv_bytes,
+        engine=engine,
+        engine_options=EngineOptions(
+            gpu_memory_utilization=DEFAULT_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization,
+            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+            enforce_eager=enforce_eager),
+        engine_shape=engine_shape(spec, weights),
     )
-    if report.tokens > spec.max_context:
+    if spec.max_context is not None and report.tokens > spec.max_context:
         notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")
     return SizeRun(report, layout, tuple(notes))

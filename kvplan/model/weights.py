@@ -14,52 +14,74 @@ from dataclasses import dataclass
 from kvplan.errors import ConfigError
 from kvplan.model.config import ConfigReader, LayerSpec, ModelSpec
 from kvplan.model.dtypes import DTYPE_BITS
+from kvplan.model.quant import scheme_of
 
 NON_GATED = {"gpt2", "opt", "falcon", "RefinedWebModel", "RefinedWeb", "mpt", "gpt_bigcode", "starcoder2", "nemotron_h", "gpt_neox", "bloom"}
 
 
 @dataclass(frozen=True, slots=True)
 class WeightEstimate:
-    """Parameters and bytes of the whole model, and the parameters one token passes through."""
+    """Parameters and bytes of the whole model, and the parameters one token passes through.
+
+    `bytes` is the whole checkpoint as loaded, per kind of module in `components`. Tensor
+    parallelism splits every linear layer but the MoE router, which each rank holds whole, and
+    copies a K/V projection when tp exceeds the KV heads (`bytes_per_gpu`).
+    """
 
     params: int
     active_params: int
     bytes: int
+    scheme: str = "none"
+    components: tuple[tuple[str, int, int], ...] = ()  # (module kind, params, bytes)
+    kv_proj_bytes: int = 0  # the K and V projections of every layer
+    kv_heads: int = 1
 
     @property
     def flops_per_token(self) -> float:
         """Forward FLOPs per token: two per active parameter (multiply and add)."""
         return 2.0 * self.active_params
 
+    def bytes_per_gpu(self, tp: int = 1) -> int:
+        """What one of `tp` ranks loads."""
+        router = sum(b for kind, _, b in self.components if kind == "router")
+        copies = -(-tp // self.kv_heads) if tp > self.kv_heads else 1  # each KV head on tp/kv ranks
+        extra = self.kv_proj_bytes * (copies - 1)
+        return -(-(self.bytes - router + extra) // tp) + router
 
-def estimate_weights(spec: ModelSpec) -> WeightEstimate:
+
+def estimate_weights(spec: ModelSpec, quantization: str | None = None) -> WeightEstimate:
+    """Weights as vLLM loads them: the config's `quantization_config`, or vLLM's online
+    `--quantization` (kvplan/model/quant.py) applied to each kind of linear layer; embeddings,
+    lm_head and routers stay in the model dtype."""
     cfg = ConfigReader(spec.raw, spec.source)
     hidden = spec.hidden_size
     bits = DTYPE_BITS[spec.dtype]
-    linear_bits, expert_bits = _quant_bits(cfg, bits)
+    scheme = scheme_of(spec.raw, spec.source, quantization)
     embed = spec.vocab_size * hidden * (1 if spec.tie_embeddings else 2)
-    attn = sum(_attention_params(spec, cfg, layer, i) for i, layer in enumerate(spec.layers))
-    dense, experts, active_experts = _mlp_params(spec, cfg)
-    params = embed + attn + dense + experts
-    active = embed + attn + dense + active_experts
-    total_bits = embed * bits + (attn + dense) * linear_bits + experts * expert_bits
-    return WeightEstimate(params=int(params), active_params=int(active), bytes=int(total_bits // 8))
-
-
-def _quant_bits(cfg: ConfigReader, bits: int) -> tuple[float, float]:
-    """Bits per weight of linear layers and of experts under the config's quantization."""
-    quant = cfg.raw.get("quantization_config")
-    if not isinstance(quant, dict):
-        return bits, bits
-    method = str(quant.get("quant_method", "")).lower()
-    if method == "fp8":
-        return 8, 8
-    if method == "mxfp4":
-        return bits, 4.25
-    if quant.get("bits") is not None:
-        q = cfg.sub("quantization_config").int("bits", maximum=32)
-        return q, q
-    return bits, bits
+    attn = state = 0
+    for i, layer in enumerate(spec.layers):
+        n = _attention_params(spec, cfg, layer, i)
+        if layer.kind == "state":
+            state += n
+        else:
+            attn += n
+    dense, router, experts, active_experts = _mlp_params(spec, cfg)
+    expert_extra = _mxfp4_layout_bytes(spec, cfg, experts, scheme.bits_for("experts", bits)) \
+        if scheme.name == "mxfp4" and experts else 0
+    parts = {"embeddings": (embed, bits), "attention": (attn, scheme.bits_for("attention", bits)),
+             "state": (state, scheme.bits_for("state", bits)), "mlp": (dense, scheme.bits_for("mlp", bits)),
+             "router": (router, bits), "experts": (experts, scheme.bits_for("experts", bits))}
+    components = tuple((k, int(n), int(n * b // 8) + (expert_extra if k == "experts" else 0))
+                       for k, (n, b) in parts.items() if n)
+    params = embed + attn + state + dense + router + experts
+    active = params - experts + active_experts
+    kv = [layer for layer in spec.layers if layer.kind in ("full", "sliding")]
+    kv_params = sum(2 * hidden * layer.num_kv_heads * layer.head_dim for layer in kv)
+    return WeightEstimate(params=int(params), active_params=int(active),
+                          bytes=sum(b for _, _, b in components), scheme=scheme.name,
+                          components=components,
+                          kv_proj_bytes=int(kv_params * scheme.bits_for("attention", bits) // 8),
+                          kv_heads=min((layer.num_kv_heads for layer in kv), default=1))
 
 
 def _attention_params(spec: ModelSpec, cfg: ConfigReader, layer: LayerSpec, index: int) -> int:
@@ -98,28 +120,29 @@ def _state_params(spec: ModelSpec, cfg: ConfigReader) -> int:
     return hidden * 2 * d_inner + d_inner * (dt_rank + 2 * d_state) + dt_rank * d_inner + d_inner * hidden
 
 
-def _mlp_params(spec: ModelSpec, cfg: ConfigReader) -> tuple[int, int, int]:
-    """(dense MLP params, all expert params, active expert params) summed over layers."""
+def _mlp_params(spec: ModelSpec, cfg: ConfigReader) -> tuple[int, int, int, int]:
+    """(dense MLP and shared-expert params, router params, all expert params, active expert
+    params) summed over layers."""
     hidden, n = spec.hidden_size, len(spec.layers)
     experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", default=0, positive=False)
     top_k = cfg.int("num_experts_per_tok", "experts_per_token", default=1)
     mult = 2 if spec.model_type in NON_GATED else 3
     if "block_configs" in spec.raw:
-        return sum(_nas_ffn(cfg, hidden, i) for i in range(n)), 0, 0
+        return sum(_nas_ffn(cfg, hidden, i) for i in range(n)), 0, 0, 0
     if spec.model_type == "nemotron_h":
         pattern = spec.raw.get("hybrid_override_pattern")
-        return str(pattern).count("-") * mult * hidden * _dense_intermediate(spec, cfg), 0, 0
+        return str(pattern).count("-") * mult * hidden * _dense_intermediate(spec, cfg), 0, 0, 0
     if not experts:
-        return n * mult * hidden * _dense_intermediate(spec, cfg), 0, 0
+        return n * mult * hidden * _dense_intermediate(spec, cfg), 0, 0, 0
     moe_layers = [i for i in range(n) if _is_moe_layer(cfg, i)]
     expert_size = cfg.int("moe_intermediate_size", "intermediate_size")
     shared = _shared_expert_size(cfg, expert_size)
     per_expert = 3 * hidden * expert_size
-    per_moe_dense = 3 * hidden * shared + hidden * experts  # shared experts and the router
     dense_layers = n - len(moe_layers)
     dense = dense_layers * mult * hidden * _dense_intermediate(spec, cfg) if dense_layers else 0
-    dense += len(moe_layers) * per_moe_dense
-    return dense, len(moe_layers) * experts * per_expert, len(moe_layers) * top_k * per_expert
+    dense += len(moe_layers) * 3 * hidden * shared
+    router = len(moe_layers) * hidden * experts
+    return dense, router, len(moe_layers) * experts * per_expert, len(moe_layers) * top_k * per_expert
 
 
 def _dense_intermediate(spec: ModelSpec, cfg: ConfigReader) -> int:
@@ -169,3 +192,34 @@ def _nas_ffn(cfg: ConfigReader, hidden: int, i: int) -> int:
     mult = ConfigReader(ffn, cfg.source, f"block_configs[{i}].ffn.").number("ffn_mult")
     size = -(-int(2 * mult * hidden / 3) // 256) * 256
     return 3 * hidden * size
+
+
+def engine_shape(spec: ModelSpec, weights: WeightEstimate) -> dict:
+    """The sizes vLLM's profiling run depends on (kvplan/model/vllm_memory.py): the hidden size,
+    the widest MLP one token passes (dense intermediate, or top_k experts plus shared ones),
+    the vocabulary, the layers and the activation bytes."""
+    cfg = ConfigReader(spec.raw, spec.source)
+    experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", default=0, positive=False)
+    width = 0
+    if experts:
+        expert = cfg.int("moe_intermediate_size", "intermediate_size")
+        width = cfg.int("num_experts_per_tok", "experts_per_token", default=1) * expert
+        width += _shared_expert_size(cfg, expert)
+    if any(cfg.has(k) for k in ("intermediate_size_mlp", "ffn_dim", "ffn_hidden_size", "n_inner", "intermediate_size")) \
+            or not experts:
+        width = max(width, _dense_intermediate(spec, cfg))
+    return dict(hidden=spec.hidden_size, mlp_width=width, vocab=spec.vocab_size, layers=len(spec.layers),
+                act_bytes=max(DTYPE_BITS[spec.dtype] // 8, 2))
+
+
+def _mxfp4_layout_bytes(spec: ModelSpec, cfg: ConfigReader, experts: int, bits: float) -> int:
+    """Bytes vLLM's MXFP4 MoE layout adds to the checkpoint's experts (vllm/model_executor/layers/
+    quantization/mxfp4.py, create_weights): the hidden dimension padded to a multiple of 256 for
+    its kernels' swizzled layout, the intermediate one to a multiple of 64, and the expert
+    biases (gate_up and down, one per output row) held in float32 after loading."""
+    hidden, size = spec.hidden_size, cfg.int("moe_intermediate_size", "intermediate_size")
+    padded = -(-hidden // 256) * 256 * (-(-size // 64) * 64)
+    per_expert_layer = 3 * hidden * size  # the expert params of one expert in one layer
+    count = experts // per_expert_layer  # experts x MoE layers
+    growth = int(experts * bits / 8 * (padded / (hidden * size) - 1))
+    return growth + count * (2 * size + hidden) * 4

@@ -50,14 +50,26 @@ def _group_text(g) -> str:
 def _add_fit_rows(table, r: SizeReport) -> None:
     if r.gpu:
         util = f" x {r.gpu_memory_utilization}" if r.gpu_memory_utilization else ""
-        table.add_row("GPU", f"{r.gpu}, {_b(r.gpu_memory_bytes)}{util}")
-    table.add_row("KV pool", _b(r.kv_pool_bytes))
+        table.add_row("GPU" + (" (as CUDA reports it)" if r.memory_breakdown else ""),
+                      f"{r.gpu}, {_b(r.gpu_memory_bytes)}{util}")
+    m = r.memory_breakdown
+    if m:
+        table.add_row("  vLLM may use (total x utilization)", _b(m["requested"]))
+        table.add_row("  - weights", _b(m["weights"]))
+        table.add_row(f"  - activation peak ({m['max_num_batched_tokens']:,} tokens, {m['max_num_seqs']:,} seqs)",
+                      _b(m["activation"]))
+        table.add_row("  - non-torch (workspaces, NCCL)", _b(m["non_torch"]))
+        table.add_row("  CUDA graphs (outside the pool)", _b(m["cuda_graphs"]))
+    table.add_row("KV pool" + (" (vLLM's Available KV cache memory)" if m else ""), _b(r.kv_pool_bytes))
     table.add_row(f"blocks of {r.block_size} (1 kept as null block)", f"{r.num_blocks:,}")
     table.add_row("tokens that fit", f"{r.max_tokens:,}")
     table.add_row(f"requests of {r.tokens:,} tokens at once", f"{r.max_concurrency:,}")
 
 
 def _print_fit_lines(out, r: SizeReport) -> None:
+    if r.reason:
+        out.print(f"[bold red]vLLM would not start:[/] {r.reason}")
+        return
     if r.kv_pool_bytes <= 0:
         out.print(f"[bold red]Nothing fits:[/] the weights need {_b(r.weight_bytes)}, all the GPU gives or more.")
         return
@@ -80,5 +92,5 @@ def render_models(rows: list[dict]) -> None:
         table.add_column(col, justify=justify, no_wrap=col == "model")
     for row in rows:
         table.add_row(row["model"], row["model_type"], str(row["num_layers"]),
-                      format_bytes(row["bytes_per_token"]), f"{row['max_context']:,}", row["dtype"])
+                      format_bytes(row["bytes_per_token"]), f"{row['max_context']:,}" if row["max_context"] else "none stated", row["dtype"])
     console().print(table)
