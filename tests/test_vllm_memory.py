@@ -183,3 +183,16 @@ def test_a_context_longer_than_the_pool_gets_vllms_error_and_estimate():
 def test_weights_larger_than_the_gpu_fail_at_loading():
     r = size("meta-llama/Meta-Llama-3.1-70B", gpu="L4")
     assert r.fits is False and r.reason.startswith("CUDA out of memory while loading the weights")
+
+
+def test_hybrid_sliding_models_log_as_vllms_hybrid_manager_computes():
+    """gpt-oss-20b: 12 full + 12 sliding (window 128) layers of 2,048 B per token each. vLLM groups
+    them 12 a group, so a 16-token block is 12 x 32 KiB: 12 GiB holds 12 x 2^30 / 393,216 = 32,768
+    blocks. One 131,072-token request takes 8,192 blocks in the full group and
+    ceil(min(127 + 8,192, 131,072) / 16) + 1 = 521 in the sliding one: 32,768 / 8,713 = 3.7608x,
+    "GPU KV cache size" int(32,768 x 131,072 / 8,713) = int(492,937.3) = 492,937 tokens."""
+    r = size("openai/gpt-oss-20b", kv_memory="12GiB", tokens=131072)
+    assert r.vllm_concurrency == pytest.approx(32768 / 8713)
+    assert r.vllm_kv_cache_tokens == 492_937
+    dense = size("meta-llama/Meta-Llama-3-8B", kv_memory="11.12GiB", tokens=8192)
+    assert dense.vllm_kv_cache_tokens == 91_088  # a model of one kind keeps the plain formula

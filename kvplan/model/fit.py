@@ -111,6 +111,10 @@ def size_model(
     else:  # weights larger than the GPU's share leave no pool at all (never a negative one)
         pool = max(int(gpu.memory_bytes * gpu_memory_utilization) - per_gpu_weights, 0)
     fit = pool_fit(layout, pool, tokens, block_size)
+    batched = memory.max_num_batched_tokens if memory else DEFAULT_BATCHED_TOKENS
+    hybrid = vllm_hybrid_log(layout, pool, tokens, block_size, batched)
+    if hybrid is not None:
+        fit["vllm_concurrency"], fit["vllm_kv_cache_tokens"] = hybrid
     return SizeReport(
         **base,
         gpu=gpu.name if gpu else None,
@@ -135,6 +139,41 @@ def _verdict(layout: KVLayout, memory: StartupMemory, max_model_len: int, block_
     if needed > memory.kv:
         return max_len_reason(max_model_len, needed, memory.kv, longest_context(layout, memory.kv, block_size))
     return None
+
+
+DEFAULT_BATCHED_TOKENS = 8192  # vllm serve's max_num_batched_tokens on an H100-class GPU
+
+
+def vllm_hybrid_log(layout: KVLayout, pool: int, tokens: int, block_size: int,
+                    batched_tokens: int) -> tuple[float, int] | None:
+    """vLLM's two log lines for a model of full and sliding-window attention layers (gpt-oss,
+    Gemma 2/3, Mistral's window), as its hybrid KV cache manager computes them
+    (vllm/v1/core/kv_cache_utils.py, releases 0.10-0.11); None for any other layout.
+
+    Layers of one kind form groups of `group_size` layers (the fewest layers of any kind, or the
+    most when no kind has 25% more than another); one block holds a page of every layer of a
+    group, so num_blocks = pool // (page x group_size). One request of max_model_len L takes, per
+    group, ceil(L / B) blocks in a full-attention group and ceil(min(window - 1 +
+    max_num_batched_tokens, L) / B) + 1 in a sliding one; concurrency = num_blocks / their sum
+    and "GPU KV cache size" = int(concurrency x L).
+    """
+    kinds = [g for g in layout.groups if g.num_layers]
+    if {g.kind for g in kinds} != {"full", "sliding"} or len({g.bytes_per_token_per_layer for g in kinds}) != 1:
+        return None
+    counts = {(g.kind, g.window): 0 for g in kinds}
+    for g in kinds:
+        counts[(g.kind, g.window)] += g.num_layers
+    fewest, most = min(counts.values()), max(counts.values())
+    group_size = most if most < fewest * 1.25 else fewest
+    page = block_size * kinds[0].bytes_per_token_per_layer
+    num_blocks = pool // (page * group_size)
+    per_request = 0
+    for (kind, window), n in counts.items():
+        need = -(-tokens // block_size) if kind == "full" else \
+            -(-min(window - 1 + batched_tokens, tokens) // block_size) + 1
+        per_request += -(-n // group_size) * need
+    concurrency = num_blocks / per_request
+    return concurrency, int(concurrency * tokens)
 
 
 def pool_fit(layout: KVLayout, pool: int, tokens: int, block_size: int) -> dict:
