@@ -151,25 +151,21 @@ def text_lines(path: str | Path, error_cls: type[KvplanError], field: str | None
     A byte-order mark before the first line is dropped. Errors name the file and line.
     """
     path = input_path(path, error_cls, field)
-    f = _open_binary(path, error_cls, field)
     number = 0
-    try:
-        with f:
-            while True:
-                try:
-                    raw = f.readline(max_line + 1)
-                except (OSError, EOFError, zlib.error) as exc:
-                    raise error_cls(f"cannot read: {getattr(exc, 'strerror', None) or exc}", file=path,
-                                    field=field, line=number + 1) from None
-                if not raw:
-                    return
-                number += 1
-                if len(raw) > max_line:
-                    raise error_cls(f"line longer than {max_line >> 20} MiB", file=path, field=field,
-                                    line=number)
-                yield decode(raw, path, error_cls, field, line=number)
-    finally:
-        f.close()
+    with _open_binary(path, error_cls, field) as f:
+        while True:
+            try:
+                raw = f.readline(max_line + 1)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise error_cls(f"cannot read: {getattr(exc, 'strerror', None) or exc}", file=path,
+                                field=field, line=number + 1) from None
+            if not raw:
+                return
+            number += 1
+            if len(raw) > max_line:
+                raise error_cls(f"line longer than {max_line >> 20} MiB", file=path, field=field,
+                                line=number)
+            yield decode(raw, path, error_cls, field, line=number)
 
 
 def load_json(data: bytes | str, path: Path, error_cls: type[KvplanError], field: str | None = None,

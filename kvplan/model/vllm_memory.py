@@ -50,10 +50,13 @@ A_MLP = 3  # the gate_up projection's output (2 x width) and the activation's ou
 # a 201,088-token vocabulary x 1,024 rows) say 9 words, so 9 it is.
 A_LOGITS = 9
 # Non-torch memory allocated while profiling: cuBLAS/attention workspaces, plus at tp > 1 the
-# NCCL and custom all-reduce buffers.
+# NCCL and custom all-reduce buffers. 0.25 GiB is the middle of the 0.1-0.35 GiB the tp=1 logs
+# of the corpus show; 1 GiB at tp > 1 is a round figure the corpus does not yet pin down (its
+# two tp=2 logs say 0.25 and 3.58 GiB).
 NON_TORCH_TP1 = int(0.25 * GiB)
 NON_TORCH_TP = int(1.0 * GiB)
-# CUDA graphs (outside the pool): a base plus a share per captured size, as logged by vLLM.
+# CUDA graphs (outside the pool, so they change no prediction): a rough estimate of a base plus a
+# share per layer; no log in the corpus states the capture's size yet.
 CUDA_GRAPH_BASE = int(0.25 * GiB)
 CUDA_GRAPH_PER_LAYER = int(0.008 * GiB)
 
