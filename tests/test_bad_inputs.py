@@ -267,6 +267,9 @@ GENERATED.update({
     "config-10mb-string": lambda d: (["size", str(_write(d / "config.json", _opt_config(torch_dtype="x" * 10_000_000)))], "config.json", "characters cut"),
     "workload-5mb-string": lambda d: (["simulate", str(_write(d / "w.yaml", b"experiment: " + b"x" * 5_000_000 + b"\n"))], "w.yaml", "characters cut"),
     "check-5mb-name": lambda d: (["check", str(_write(d / "c.yaml", b"checks:\n  - name: " + b"n" * 5_000_000 + b"\n"))], "c.yaml", "characters cut"),
+    "trace-path-nul-byte": lambda d: (["simulate", str(_write(d / "w.yaml", b'experiment: capacity\npool: {slots: 100000}\n'
+                                                                  b'requests:\n  trace: {format: azure, path: "t\\0.csv"}\n'))],
+                                      "w.yaml", "NUL byte"),
     "trace-control-characters": lambda d: (["simulate", str(_trace_workload(d, "azure", _write(d / "t.csv", b"\x1b[2J\x07,x\n")))], "t.csv", "missing column"),
 })
 # Generated cases that could block if they regressed: run them in a subprocess with the hang guard.
