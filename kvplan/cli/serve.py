@@ -3,6 +3,7 @@ runs), the rate sweep if asked, then write the CSV and chart and report."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -36,7 +37,8 @@ def simulate_serve(wl: Workload, *, json: bool, plot: Path | None, csv: Path | N
 def _run(wl: Workload, record: bool, rates, latency_bound: float, show_progress: bool):
     from kvplan.sim.engine import document_of, simulate
 
-    with _Progress(wl.num_requests, len(wl.allocators), enabled=show_progress) as bar:
+    interactive = sys.stderr.isatty()  # on a pipe or in a log a bar is noise, and an error must be one line
+    with _Progress(wl.num_requests, len(wl.allocators), enabled=show_progress and interactive) as bar:
         results = [simulate(wl, spec, progress=bar.callback(i), record_requests=record)
                    for i, spec in enumerate(wl.allocators)]
         doc = document_of(wl, results)
@@ -53,7 +55,8 @@ def _sweep(wl: Workload, rates: list[float], latency_bound: float) -> list[dict]
 
 
 class _Progress:
-    """A rich progress bar on stderr, shown only once a run has taken more than a second."""
+    """A rich progress bar on stderr, shown only on a terminal and once a run has taken more than
+    a second."""
 
     def __init__(self, per_run: int, runs: int, enabled: bool) -> None:
         self.per_run, self.total, self.enabled = per_run, max(per_run * runs, 1), enabled
