@@ -196,3 +196,42 @@ def test_hybrid_sliding_models_log_as_vllms_hybrid_manager_computes():
     assert r.vllm_kv_cache_tokens == 492_937
     dense = size("meta-llama/Meta-Llama-3-8B", kv_memory="11.12GiB", tokens=8192)
     assert dense.vllm_kv_cache_tokens == 91_088  # a model of one kind keeps the plain formula
+
+
+ODD = [None, True, 0, -1, 4, 128, 2.5, "x", [], [1], [128, 128], {}, {"a": 1}, "re:.*attn.*", [3, None]]
+QUANT_KEYS = ["bits", "group_size", "w_bit", "zero_point", "sym", "weight_block_size", "modules_to_not_convert",
+              "load_in_8bit", "load_in_4bit", "bnb_4bit_use_double_quant", "quant_algo", "quantization",
+              "ignore", "exclude_modules", "llm_int8_skip_modules", "ignored_layers", "q_group_size"]
+
+
+def _quantization_configs():
+    from hypothesis import strategies as st
+
+    weights = st.fixed_dictionaries({}, optional={k: st.sampled_from(ODD + ["group", "block", "channel", "int", "float"])
+                                                  for k in ("num_bits", "strategy", "group_size", "block_structure",
+                                                            "type", "symmetric")})
+    return st.fixed_dictionaries(
+        {"quant_method": st.sampled_from(["fp8", "gptq", "awq", "bitsandbytes", "mxfp4", "modelopt",
+                                          "compressed-tensors", "weird", None, 3])},
+        optional={**{k: st.sampled_from(ODD) for k in QUANT_KEYS},
+                  "config_groups": st.one_of(st.sampled_from(ODD), st.dictionaries(
+                      st.just("g"), st.one_of(st.sampled_from(ODD), st.fixed_dictionaries({"weights": weights}))))})
+
+
+def test_any_quantization_config_gives_weights_or_one_error():
+    """A checkpoint's quantization_config, however odd: a weight estimate or a ConfigError."""
+    from hypothesis import given, settings
+
+    spec = load_spec("meta-llama/Meta-Llama-3-8B")
+
+    @given(quant=_quantization_configs())
+    @settings(max_examples=400, derandomize=True)
+    def check(quant):
+        try:
+            w = estimate_weights(read_model({**spec.raw, "quantization_config": quant}, "m", "m/config.json"))
+        except KvplanError as exc:
+            assert "\n" not in str(exc)
+            return
+        assert w.bytes > 0 and w.scheme
+
+    check()

@@ -72,14 +72,14 @@ def scheme_of(raw: dict, source: str, online: str | None = None) -> QuantScheme:
     reader = _READERS.get(method)
     if reader is None:
         if quant.get("bits") is not None:  # an unnamed integer scheme: its bits, scales unknown
-            return QuantScheme(method or "bits", {m: float(_int(quant, "bits", source)) for m in MODULES})
+            return QuantScheme(method or "bits", {m: float(_int(quant, "bits", source, maximum=16)) for m in MODULES})
         raise ConfigError(f"unknown quant_method {method!r}", file=source, field="quantization_config.quant_method")
     return reader(quant, source)
 
 
-def _int(quant: dict, key: str, source: str, default: int | None = None) -> int:
+def _int(quant: dict, key: str, source: str, default: int | None = None, maximum: int = 1 << 20) -> int:
     value = quant.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1 << 20:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= maximum:
         if value is None and default is None:
             raise ConfigError("missing", file=source, field=f"quantization_config.{key}")
         raise ConfigError(f"expected a whole number, got {value!r}", file=source,
@@ -87,13 +87,19 @@ def _int(quant: dict, key: str, source: str, default: int | None = None) -> int:
     return value
 
 
-def _excluded(names) -> set[str]:
-    """Which module kinds a list of excluded module names (or `re:` patterns) leaves unquantized.
+def _excluded(quant: dict, source: str, *keys: str) -> set[str]:
+    """Which module kinds the list of excluded module names (or `re:` patterns) under the first
+    of `keys` that the config has leaves unquantized.
 
     Routers, embeddings and lm_head are never quantized here, so naming them changes nothing.
     """
+    key = next((k for k in keys if quant.get(k) is not None), None)
+    names = quant.get(key) if key else []
+    if not isinstance(names, list):
+        raise ConfigError(f"expected a list of module names, got {names!r}"[:200], file=source,
+                          field=f"quantization_config.{key}")
     out: set[str] = set()
-    for name in names or []:
+    for name in names:
         text = str(name).lower()
         if "shared_expert" in text or re.search(r"gate_proj|up_proj|down_proj|\bmlp\b(?!\.(gate|router))", text) \
                 and "experts" not in text:
@@ -117,17 +123,20 @@ def _fp8(quant: dict, source: str) -> QuantScheme:
     if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
         bits += 32 / (block[0] * block[1])
     return _uniform("fp8" + (" block" if block else ""), bits,
-                    _excluded(quant.get("modules_to_not_convert") or quant.get("ignored_layers")))
+                    _excluded(quant, source, "modules_to_not_convert", "ignored_layers"))
 
 
 def _gptq_awq(quant: dict, source: str) -> QuantScheme:
-    bits = _int(quant, "bits", source, quant.get("w_bit"))
+    bits = _int(quant, "bits", source, quant.get("w_bit"), maximum=16)
     group = quant.get("group_size", quant.get("q_group_size", 128))
+    if isinstance(group, bool) or not isinstance(group, int):
+        raise ConfigError(f"expected a whole number, got {group!r}", file=source,
+                          field="quantization_config.group_size")
     asymmetric = bool(quant.get("zero_point", not quant.get("sym", True)))
     if str(quant.get("quant_method")).lower() == "gptq":
         asymmetric = True  # GPTQ checkpoints store qzeros even when symmetric
     return _uniform(str(quant.get("quant_method")).lower(), group_bits(bits, group, asymmetric),
-                    _excluded(quant.get("modules_to_not_convert")))
+                    _excluded(quant, source, "modules_to_not_convert"))
 
 
 def _bitsandbytes(quant: dict, source: str) -> QuantScheme:
@@ -136,19 +145,20 @@ def _bitsandbytes(quant: dict, source: str) -> QuantScheme:
     else:
         double = bool(quant.get("bnb_4bit_use_double_quant"))
         bits = 4 + (8 / 64 + 32 / (64 * 256) if double else 32 / 64)
-    return _uniform("bitsandbytes", bits, _excluded(quant.get("llm_int8_skip_modules")))
+    return _uniform("bitsandbytes", bits, _excluded(quant, source, "llm_int8_skip_modules"))
 
 
 def _mxfp4(quant: dict, source: str) -> QuantScheme:
-    excluded = _excluded(quant.get("modules_to_not_convert")) | {"attention", "mlp", "state"}
+    excluded = _excluded(quant, source, "modules_to_not_convert") | {"attention", "mlp", "state"}
     return QuantScheme("mxfp4", {m: (None if m in excluded else 4.25) for m in MODULES})
 
 
 def _modelopt(quant: dict, source: str) -> QuantScheme:
-    algo = str(quant.get("quant_algo") or (quant.get("quantization") or {}).get("quant_algo", "")).upper()
+    nested = quant.get("quantization")
+    algo = str(quant.get("quant_algo") or (nested.get("quant_algo", "") if isinstance(nested, dict) else "")).upper()
     bits = 4.5 + 32 / 2**20 if "FP4" in algo else 8.0
     return _uniform(f"modelopt {algo.lower() or 'fp8'}", bits,
-                    _excluded(quant.get("exclude_modules") or quant.get("ignore")))
+                    _excluded(quant, source, "exclude_modules", "ignore"))
 
 
 def _compressed_tensors(quant: dict, source: str) -> QuantScheme:
@@ -167,14 +177,19 @@ def _compressed_tensors(quant: dict, source: str) -> QuantScheme:
         strategy = str(weights.get("strategy", "tensor")).lower()
         kind = str(weights.get("type", "int")).lower()
         group_size = weights.get("group_size") if strategy in ("group", "tensor_group") else None
+        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)):
+            raise ConfigError(f"expected a whole number, got {group_size!r}", file=source, field=f"{where}.group_size")
         scale_bits = 8 if kind == "float" and bits == 4 else 16  # NVFP4: fp8 scales per 16
         if strategy == "block":
-            block = weights.get("block_structure") or [128, 128]
+            block = weights.get("block_structure")
+            if not (isinstance(block, list) and len(block) == 2
+                    and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+                block = [128, 128]  # vLLM's default block for fp8 block-wise weights
             bits_seen.append(bits + 32 / (block[0] * block[1]))
         else:
             bits_seen.append(group_bits(bits, group_size, not weights.get("symmetric", True), scale_bits))
     bits = max(bits_seen)  # groups of one checkpoint quantize every target alike in practice
-    return _uniform("compressed-tensors", bits, _excluded(quant.get("ignore")))
+    return _uniform("compressed-tensors", bits, _excluded(quant, source, "ignore"))
 
 
 _READERS = {
