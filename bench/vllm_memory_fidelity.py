@@ -78,7 +78,7 @@ def predict(entry: dict):
                             max_num_batched_tokens=entry["max_num_batched_tokens"],
                             max_num_seqs=entry["max_num_seqs"],
                             enforce_eager=bool(entry["enforce_eager"])),
-                        engine_shape=engine_shape(spec, weights))
+                        engine_shape=engine_shape(spec))
     return report
 
 

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from kvplan.errors import UsageError
 from kvplan.model.gpus import GPU
 from kvplan.model.layout import KVLayout
-from kvplan.model.vllm_memory import (EngineOptions, StartupMemory, max_len_reason, no_kv_reason,
-                                      startup_memory, weights_reason)
+from kvplan.model.vllm_memory import (SERVE_BATCH_LARGE, EngineOptions, StartupMemory, max_len_reason,
+                                      no_kv_reason, startup_memory, weights_reason)
 
 MAX_TOKENS = 2**31  # the longest request searched for when a model states no context
 BARE_UTILIZATION = 0.92  # engine "none": the share of the device's memory kvplan has always used
@@ -111,7 +111,7 @@ def size_model(
     else:  # weights larger than the GPU's share leave no pool at all (never a negative one)
         pool = max(int(gpu.memory_bytes * gpu_memory_utilization) - per_gpu_weights, 0)
     fit = pool_fit(layout, pool, tokens, block_size)
-    batched = memory.max_num_batched_tokens if memory else DEFAULT_BATCHED_TOKENS
+    batched = memory.max_num_batched_tokens if memory else SERVE_BATCH_LARGE[0]  # no GPU: the H100 default
     hybrid = vllm_hybrid_log(layout, pool, tokens, block_size, batched)
     if hybrid is not None:
         fit["vllm_concurrency"], fit["vllm_kv_cache_tokens"] = hybrid
@@ -139,9 +139,6 @@ def _verdict(layout: KVLayout, memory: StartupMemory, max_model_len: int, block_
     if needed > memory.kv:
         return max_len_reason(max_model_len, needed, memory.kv, longest_context(layout, memory.kv, block_size))
     return None
-
-
-DEFAULT_BATCHED_TOKENS = 8192  # vllm serve's max_num_batched_tokens on an H100-class GPU
 
 
 def vllm_hybrid_log(layout: KVLayout, pool: int, tokens: int, block_size: int,

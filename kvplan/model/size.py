@@ -94,7 +94,7 @@ def size(
             gpu_memory_utilization=DEFAULT_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization,
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
             enforce_eager=enforce_eager),
-        engine_shape=engine_shape(spec, weights),
+        engine_shape=engine_shape(spec),
     )
     if spec.max_context is not None and report.tokens > spec.max_context:
         notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")

@@ -61,6 +61,10 @@ CUDA_GRAPH_BASE = int(0.25 * GiB)
 CUDA_GRAPH_PER_LAYER = int(0.008 * GiB)
 
 
+SERVE_BATCH_LARGE = (8192, 1024)  # (max_num_batched_tokens, max_num_seqs), see default_batch
+SERVE_BATCH_SMALL = (2048, 256)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineOptions:
     """vLLM's start-up options that change its memory, with vLLM's names."""
@@ -75,8 +79,8 @@ def default_batch(gpu_name: str, cuda_total: int) -> tuple[int, int]:
     """vLLM's `vllm serve` defaults (EngineArgs.get_batch_defaults): 8,192 batched tokens and 1,024
     sequences on GPUs of at least 70 GiB other than the A100, else 2,048 and 256."""
     if cuda_total >= 70 * GiB and "a100" not in gpu_name.lower():
-        return 8192, 1024
-    return 2048, 256
+        return SERVE_BATCH_LARGE
+    return SERVE_BATCH_SMALL
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from kvplan.model.config import ConfigReader, LayerSpec, ModelSpec
 from kvplan.model.dtypes import DTYPE_BITS
 from kvplan.model.quant import scheme_of
 
+DENSE_KEYS = ("intermediate_size_mlp", "ffn_dim", "ffn_hidden_size", "n_inner", "intermediate_size")
 NON_GATED = {"gpt2", "opt", "falcon", "RefinedWebModel", "RefinedWeb", "mpt", "gpt_bigcode", "starcoder2", "nemotron_h", "gpt_neox", "bloom"}
 
 
@@ -146,9 +147,8 @@ def _mlp_params(spec: ModelSpec, cfg: ConfigReader) -> tuple[int, int, int, int]
 
 
 def _dense_intermediate(spec: ModelSpec, cfg: ConfigReader) -> int:
-    keys = ("intermediate_size_mlp", "ffn_dim", "ffn_hidden_size", "n_inner", "intermediate_size")
-    if any(cfg.has(k) for k in keys):
-        return cfg.int(*keys)
+    if any(cfg.has(k) for k in DENSE_KEYS):
+        return cfg.int(*DENSE_KEYS)
     if spec.model_type == "mpt":
         return int(cfg.number("expansion_ratio", 4.0) * spec.hidden_size)
     return 4 * spec.hidden_size
@@ -194,7 +194,7 @@ def _nas_ffn(cfg: ConfigReader, hidden: int, i: int) -> int:
     return 3 * hidden * size
 
 
-def engine_shape(spec: ModelSpec, weights: WeightEstimate) -> dict:
+def engine_shape(spec: ModelSpec) -> dict:
     """The sizes vLLM's profiling run depends on (kvplan/model/vllm_memory.py): the hidden size,
     the widest MLP one token passes (dense intermediate, or top_k experts plus shared ones),
     the vocabulary, the layers and the activation bytes."""
@@ -205,8 +205,7 @@ def engine_shape(spec: ModelSpec, weights: WeightEstimate) -> dict:
         expert = cfg.int("moe_intermediate_size", "intermediate_size")
         width = cfg.int("num_experts_per_tok", "experts_per_token", default=1) * expert
         width += _shared_expert_size(cfg, expert)
-    if any(cfg.has(k) for k in ("intermediate_size_mlp", "ffn_dim", "ffn_hidden_size", "n_inner", "intermediate_size")) \
-            or not experts:
+    if not experts or any(cfg.has(k) for k in DENSE_KEYS):
         width = max(width, _dense_intermediate(spec, cfg))
     return dict(hidden=spec.hidden_size, mlp_width=width, vocab=spec.vocab_size, layers=len(spec.layers),
                 act_bytes=max(DTYPE_BITS[spec.dtype] // 8, 2))

@@ -15,8 +15,7 @@ import numpy as np
 from kvplan.errors import KvplanError, TraceError, WorkloadError
 from kvplan.replay.prefix import POPULARITY, PrefixSpec, hit_rate_sweep, with_prefixes
 from kvplan.replay.sharing import MODES, PARENTS, sharing_savings
-from kvplan.workload.distributions import MAX_LENGTH as MAX_TOKENS
-from kvplan.workload.records import Workload
+from kvplan.workload.records import MAX_TOKENS, Workload
 from kvplan.workload.yaml_nodes import YamlList, YamlMap, as_int
 
 PREFIX_KEYS = ("system_prompts", "system_prompt_len", "popularity", "zipf_a", "turns", "sessions",

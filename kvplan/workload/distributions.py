@@ -31,10 +31,10 @@ import numpy as np
 
 from kvplan.errors import TraceError
 from kvplan.fileio import text_lines
-from kvplan.workload.records import CHUNK_SIZE, RequestChunk
+from kvplan.workload.records import CHUNK_SIZE, MAX_TOKENS, RequestChunk
 from kvplan.workload.yaml_nodes import YamlMap, as_float, as_int
 
-MAX_LENGTH = 2**31  # no request is longer than two billion tokens
+MAX_LENGTH = MAX_TOKENS  # no request is longer than two billion tokens
 MAX_COLUMN_VALUES = 10_000_000  # values of a `csv` length column (80 MB as float64)
 # Arrival bounds: a rate below one request in 11.6 days or a cv outside [0.001, 1000] describes no
 # serving workload, and at the extremes the gamma shape 1/cv^2 (or the gaps) stop being numbers.

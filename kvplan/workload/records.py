@@ -14,6 +14,7 @@ import numpy as np
 from kvplan.model.layout import KVLayout
 
 CHUNK_SIZE = 65_536
+MAX_TOKENS = 2**31  # tokens of one prompt or output: far above any context, far below int64 sums
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,10 @@ from typing import Callable
 
 import numpy as np
 
+from kvplan.workload.records import MAX_TOKENS
+
 MOONCAKE_BLOCK = 512
 MAX_JSON_BYTES = 1 << 30  # a whole-document JSON trace (sharegpt .json, one agentic file)
-MAX_TOKENS = 2**31  # tokens of one prompt or output: far above any context, far below int64 sums
 
 @dataclass(frozen=True, slots=True, eq=False)
 class _Rows:

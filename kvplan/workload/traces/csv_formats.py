@@ -16,8 +16,8 @@ import numpy as np
 
 from kvplan.errors import TraceError
 from kvplan.fileio import MAX_LINE_BYTES, text_lines
-from kvplan.workload.records import CHUNK_SIZE
-from kvplan.workload.traces._rows import MAX_TOKENS, _int_or_none, _Rows
+from kvplan.workload.records import CHUNK_SIZE, MAX_TOKENS
+from kvplan.workload.traces._rows import _int_or_none, _Rows
 
 # One field may be as long as one line may be (kvplan/fileio.py bounds the line).
 csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
