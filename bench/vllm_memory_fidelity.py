@@ -8,8 +8,10 @@ catalog, predicts:
 - "Available KV cache memory" (V1 logs only; V0 profiled differently): target within
   max(5%, 1 GiB);
 - the start/fail verdict, when the log shows enough settings to decide it.
-A setting the log does not state takes vLLM's default (utilization 0.9, max_model_len the
-model's context, the batch defaults of `vllm serve`).
+A setting the log does not state takes vLLM's default (the utilization of the log's release,
+max_model_len the model's context, the batch defaults of `vllm serve`). Each log is predicted
+with the rules of the release it states; a log that states none predates the corpus's newest
+entries and takes the pre-0.21 rules (vllm_memory.release_rules).
 
 FITTED names the logs that set kvplan's one fitted constant (vllm_memory.A_LOGITS); every
 other log is held out. Prints one line per log and the median absolute error of each part.
@@ -36,11 +38,19 @@ CHECKPOINTS = {
     "Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4": ("Qwen/Qwen2.5-72B-Instruct",
                                             {"quant_method": "gptq", "bits": 4, "group_size": 128,
                                              "desc_act": False, "sym": True}),
+    # Same shapes as Qwen3-30B-A3B (hub config.json of both: 48 layers, 128 experts, top-8, hidden
+    # 2048, 4 KV heads); only the context differs, and the log states its max_model_len.
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": ("Qwen/Qwen3-30B-A3B", None),
     "Qwen/Qwen3-235B-A22B-FP8": ("Qwen/Qwen3-235B-A22B",
                                  {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                   "weight_block_size": [128, 128]}),
 }
-GPU_NAMES = {"A100 (memory": "A100-80GB"}  # GPU text as the logs write it -> catalog name
+# GPU text as the logs write it -> catalog name. GCE's a2-highgpu-1g is one A100 40GB
+# (https://cloud.google.com/compute/docs/gpus#a100-gpus).
+GPU_NAMES = {"A100 (memory": "A100-80GB", "A100 (GCE a2-highgpu-1g": "A100-40GB", "L40S (46 GB": "L40S"}
+# Failures no model of the engine can predict: memory other processes held at start-up.
+EXTERNAL = ("Free memory on device",)
+PRE_PROFILED_GRAPHS = "0.11"  # the rules for a log that states no release
 
 
 def predict(entry: dict):
@@ -56,13 +66,10 @@ def predict(entry: dict):
     name = entry["model"]
     if (entry.get("pp") or 1) > 1:
         return None  # pipeline parallelism is not modelled yet
+    spec = spec_of(name)
+    if spec is None:
+        return None
     try:
-        if name in CHECKPOINTS:
-            base, quant = CHECKPOINTS[name]
-            spec = load_spec(base)
-            spec = read_model({**spec.raw, "quantization_config": quant}, name, spec.source)
-        else:
-            spec = load_spec(name)
         gpu_text = str(entry["gpu"] or "")
         gpu = get_gpu(next((v for k, v in GPU_NAMES.items() if gpu_text.startswith(k)), gpu_text))
     except KvplanError:
@@ -77,9 +84,77 @@ def predict(entry: dict):
                             gpu_memory_utilization=entry["gpu_memory_utilization"] or 0.9,
                             max_num_batched_tokens=entry["max_num_batched_tokens"],
                             max_num_seqs=entry["max_num_seqs"],
-                            enforce_eager=bool(entry["enforce_eager"])),
+                            enforce_eager=bool(entry["enforce_eager"]),
+                            release=entry.get("vllm_version") or PRE_PROFILED_GRAPHS),
                         engine_shape=engine_shape(spec))
     return report
+
+
+def spec_of(name: str):
+    from kvplan.errors import KvplanError
+    from kvplan.model.config import read_model
+    from kvplan.model.resolve import load_spec
+
+    try:
+        if name in CHECKPOINTS:
+            base, quant = CHECKPOINTS[name]
+            spec = load_spec(base)
+            return spec if quant is None else read_model({**spec.raw, "quantization_config": quant}, name, spec.source)
+        return load_spec(name)
+    except KvplanError:
+        return None
+
+
+def log_lines(entries: list[dict]) -> None:
+    """vLLM's "GPU KV cache size" and "Maximum concurrency" lines, computed from the pool the log
+    itself states: a check of the block and group arithmetic alone (no fitted constant)."""
+    from kvplan.model.size import size
+
+    print(f"\n{'log (from its logged pool)':44} {'GPU KV cache tokens (logged / kvplan)':>40} {'concurrency':>22}")
+    errs = []
+    for e in entries:
+        logged = e["logged"]
+        if e["engine"] != "v1" or not logged["gpu_kv_cache_tokens"] or logged["available_kv_cache_gib"] is None:
+            continue
+        if (e.get("pp") or 1) > 1 or spec_of(e["model"]) is None or e["model"] in CHECKPOINTS:
+            continue
+        tokens = logged["max_concurrency_tokens"] or e["max_model_len"]
+        if tokens is None:
+            continue
+        r = size(e["model"], kv_memory=int(logged["available_kv_cache_gib"] * GiB), tokens=tokens,
+                 tp=e["tp"] or 1, kv_dtype=e.get("kv_cache_dtype") or "auto",
+                 vllm_version=e.get("vllm_version") or PRE_PROFILED_GRAPHS).report
+        err = r.vllm_kv_cache_tokens / logged["gpu_kv_cache_tokens"] - 1
+        errs.append(abs(err))
+        conc = f"{logged['max_concurrency']} / {r.vllm_concurrency:.2f}" if logged["max_concurrency"] else ""
+        print(f"{e['id'][:44]:44} {logged['gpu_kv_cache_tokens']:>16,} / {r.vllm_kv_cache_tokens:>11,} ({err:+.1%})"
+              f" {conc:>22}")
+    if errs:
+        print(f"median |error| of the token line {statistics.median(errs):.2%} over {len(errs)} (the logged pool is "
+              "rounded to 0.01 GiB, so about 0.1% is noise)")
+
+
+GRAPH_LOGS = ROOT / "tests" / "data" / "vllm_cuda_graph_logs.yaml"
+
+
+def graph_lines() -> None:
+    """CUDA graph memory: kvplan's estimate (vllm_memory.CUDA_GRAPH_BASE + _PER_LAYER x layers, set
+    before these logs were collected, so all of them are held out) against the logs of catalog
+    models captured at vLLM's default sizes."""
+    from kvplan.model.resolve import catalog_ids
+    from kvplan.model.vllm_memory import CUDA_GRAPH_BASE, CUDA_GRAPH_PER_LAYER
+
+    ids = set(catalog_ids())
+    print(f"\n{'CUDA graph log (held out)':44} {'GiB (logged / kvplan)':>24}")
+    for e in yaml.safe_load(GRAPH_LOGS.read_text(encoding="utf-8"))["logs"]:
+        guess = e["model_guess"]
+        model = guess.get("id") if isinstance(guess, dict) else guess
+        logged = e["logged"]["cuda_graph_gib"] or e["logged"]["graph_capture_gib"]
+        if model not in ids or logged is None or "V0" in str(e["cudagraph_mode"]):
+            continue
+        spec = spec_of(model)
+        got = (CUDA_GRAPH_BASE + CUDA_GRAPH_PER_LAYER * len(spec.layers)) / GiB
+        print(f"{e['id'][:44]:44} {logged:>10.2f} / {got:.2f} ({got / logged - 1:+.0%})")
 
 
 def main() -> None:
@@ -104,7 +179,7 @@ def main() -> None:
             errors[part]["kv"].append(abs(got - kv_logged) / max(abs(kv_logged), 1.0))
             kv_text = f"{kv_logged:.2f} / {got:.2f} ({got - kv_logged:+.2f})"
         verdict = ""
-        if e["engine"] == "v1":
+        if e["engine"] == "v1" and not any(x in str(e["failure"]) for x in EXTERNAL):
             right = (report.reason is None) == (e["outcome"] == "started")
             verdicts[part][0] += right
             verdicts[part][1] += 1
@@ -115,6 +190,8 @@ def main() -> None:
         right, total = verdicts[part]
         print(f"{part:>8}: median |error| weights {med['weights']}, KV {med['kv']} (KV error as a share of "
               f"max(logged, 1 GiB)); verdicts right {right} of {total}")
+    log_lines(entries)
+    graph_lines()
 
 
 if __name__ == "__main__":

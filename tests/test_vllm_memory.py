@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvplan.errors import ConfigError, KvplanError
+from kvplan.errors import ConfigError, KvplanError, UsageError
 from kvplan.model.config import read_model
 from kvplan.model.resolve import load_spec
 from kvplan.model.weights import estimate_weights
@@ -35,6 +35,14 @@ def test_the_corpus_is_cited_and_complete():
     for entry in LOGS.values():
         assert entry["source"].startswith("https://") and entry["quote"], entry["id"]
         assert entry["outcome"] in ("started", "failed")
+
+
+def test_the_cuda_graph_corpus_is_cited():
+    logs = yaml.safe_load((Path(__file__).resolve().parent / "data" / "vllm_cuda_graph_logs.yaml")
+                          .read_text(encoding="utf-8"))["logs"]
+    assert len(logs) >= 20 and len({e["id"] for e in logs}) == len(logs)
+    for entry in logs:
+        assert entry["source"].startswith("https://") and entry["quote"], entry["id"]
 
 
 @pytest.mark.parametrize("log_id, model, tp", [
@@ -132,15 +140,28 @@ def test_engine_none_keeps_the_bare_arithmetic():
 
 
 def test_the_vllm_pool_is_the_profile_subtracted_from_the_utilization_share():
+    """The current release (0.21 on, vllm-project/vllm#38284): utilization 0.92 and the CUDA graphs
+    come out of the pool; before it, 0.9 and the graphs outside."""
     r = size("meta-llama/Meta-Llama-3-8B", gpu="H100-80GB", tokens=8192)
     m = r.memory_breakdown
-    assert m["requested"] == int(m["total"] * 0.9)
-    assert r.kv_pool_bytes == m["requested"] - m["weights"] - m["activation"] - m["non_torch"]
+    assert m["requested"] == int(m["total"] * 0.92) and m["cuda_graphs_in_pool"] and m["cuda_graphs"] > 0
+    assert r.kv_pool_bytes == m["requested"] - m["weights"] - m["activation"] - m["non_torch"] - m["cuda_graphs"]
+    old = size("meta-llama/Meta-Llama-3-8B", gpu="H100-80GB", tokens=8192, vllm_version="0.11.2")
+    o = old.memory_breakdown
+    assert o["requested"] == int(o["total"] * 0.9) and not o["cuda_graphs_in_pool"]
+    assert old.kv_pool_bytes == o["requested"] - o["weights"] - o["activation"] - o["non_torch"]
     assert (m["max_num_batched_tokens"], m["max_num_seqs"]) == (8192, 1024)  # vllm serve on an H100
     a100 = size("meta-llama/Meta-Llama-3-8B", gpu="A100-80GB", tokens=8192).memory_breakdown
     assert (a100["max_num_batched_tokens"], a100["max_num_seqs"]) == (2048, 256)  # A100: the small defaults
     eager = size("meta-llama/Meta-Llama-3-8B", gpu="H100-80GB", tokens=8192, enforce_eager=True)
-    assert eager.memory_breakdown["cuda_graphs"] == 0 and eager.kv_pool_bytes == r.kv_pool_bytes
+    assert eager.memory_breakdown["cuda_graphs"] == 0
+    assert eager.kv_pool_bytes == r.kv_pool_bytes + m["cuda_graphs"]  # eager: no graphs taken from the pool
+
+
+@pytest.mark.parametrize("bad", ["0.8", "0.8.5", "x", "", "0.", "0.29.0.0.1", "latest", "0.1e3"])
+def test_an_unknown_vllm_release_is_one_usage_error(bad):
+    with pytest.raises(UsageError, match="--vllm-version"):
+        size("meta-llama/Meta-Llama-3-8B", gpu="H100-80GB", tokens=8192, vllm_version=bad)
 
 
 def test_a_smaller_batch_budget_leaves_more_kv():
@@ -154,7 +175,8 @@ def test_gpt_oss_20b_on_an_a100_matches_its_log():
     """Held out: gpt-oss-20b, A100 80GB, utilization 0.65, max_model_len 131072 (vLLM 0.19):
     Available KV cache memory 36.56 GiB; within max(5%, 1 GiB)."""
     log = LOGS["gpt-oss-20b-a100-gmu065-128k"]
-    r = size("openai/gpt-oss-20b", gpu="A100-80GB", gpu_memory_utilization=0.65, tokens=131072)
+    r = size("openai/gpt-oss-20b", gpu="A100-80GB", gpu_memory_utilization=0.65, tokens=131072,
+             vllm_version=log["vllm_version"])
     assert r.kv_pool_bytes / GiB == pytest.approx(log["logged"]["available_kv_cache_gib"], abs=max(1.0, 0.05 * 36.56))
     assert r.reason is None and r.fits
 
@@ -196,6 +218,59 @@ def test_hybrid_sliding_models_log_as_vllms_hybrid_manager_computes():
     assert r.vllm_kv_cache_tokens == 492_937
     dense = size("meta-llama/Meta-Llama-3-8B", kv_memory="11.12GiB", tokens=8192)
     assert dense.vllm_kv_cache_tokens == 91_088  # a model of one kind keeps the plain formula
+
+
+def test_mamba_hybrids_group_as_vllms_hybrid_manager_does():
+    """Jamba v0.1: 4 attention layers (8 KV heads x 128 x 2 x 2 B = 4,096 B a token) and 28 Mamba
+    layers of 155,648 state values (311,296 B). vLLM grows the block to 16 x ceil(311,296 /
+    (16 x 4,096)) = 80 tokens (page 327,680 B, the state padded up to it) and groups 4 layers a
+    group: 1 attention group and 7 state groups. 10 GiB holds 10 x 2^30 // (4 x 327,680) = 8,192
+    blocks; an 8,192-token request needs ceil(8,192 / 80) = 103 attention blocks plus, with prefix
+    caching on (vLLM's "align" mode), 2 pages per state group: 117, so 8,192 / 117 = 70.02x and
+    int(8,192 x 8,192 / 117) = 573,580 tokens; without prefix caching 1 page: 110 blocks,
+    74.47x and 610,080 tokens."""
+    r = size("ai21labs/Jamba-v0.1", kv_memory="10GiB", tokens=8192)
+    assert r.vllm_block_size == 80
+    assert r.vllm_concurrency == pytest.approx(8192 / 117) and r.vllm_kv_cache_tokens == 573_580
+    off = size("ai21labs/Jamba-v0.1", kv_memory="10GiB", tokens=8192, enable_prefix_caching=False)
+    assert off.vllm_concurrency == pytest.approx(8192 / 110) and off.vllm_kv_cache_tokens == 610_080
+    old = size("ai21labs/Jamba-v0.1", kv_memory="10GiB", tokens=8192, vllm_version="0.11")
+    # before Mamba prefix caching one state page, and the older token line: 8,192 // 8 groups x 80
+    assert old.vllm_concurrency == pytest.approx(8192 / 110) and old.vllm_kv_cache_tokens == 81_920
+
+
+def test_gemma_3_1b_log_lines_from_its_logged_pool():
+    """Held out (vLLM 0.13, tests/data/vllm_startup_logs.yaml): 25.39 GiB of KV, max_model_len 2,048,
+    max_num_batched_tokens 8,192: "GPU KV cache size: 950,864 tokens", "461.21x" and "Add 2 padding
+    layers" (4 full + 22 sliding layers, groups of 4: 6 sliding groups hold 24)."""
+    log = LOGS["gemma-3-1b-it-v1-gmu095-mml2048-no-cudagraph"]
+    r = size("google/gemma-3-1b-it", kv_memory=int(log["logged"]["available_kv_cache_gib"] * GiB),
+             tokens=log["max_model_len"], vllm_version=log["vllm_version"])
+    assert r.vllm_kv_cache_tokens == pytest.approx(log["logged"]["gpu_kv_cache_tokens"], rel=1e-3)
+    assert r.vllm_concurrency == pytest.approx(log["logged"]["max_concurrency"], abs=0.05)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_qwen3_next_takes_vllms_544_token_attention_block(tp):
+    """vllm-project/vllm#32492: "the model uses non-standard block size (544)". By hand: a gated
+    DeltaNet layer keeps 8,192 x 3 conv + 32 x 128 x 128 state values (1,097,728 B at bf16), an
+    attention layer 2 x 2 x 256 x 2 = 2,048 B a token; 16 x ceil(1,097,728 / 32,768) = 544 (both
+    halve at tp 2)."""
+    assert size("Qwen/Qwen3-Next-80B-A3B-Instruct", kv_memory="10GiB", tokens=4096, tp=tp).vllm_block_size == 544
+
+
+def test_a_hybrid_context_too_long_for_the_pool_gets_vllms_group_estimate():
+    from kvplan.model.build import build_layout
+    from kvplan.model.vllm_kv_groups import kv_groups
+
+    r = size("Qwen/Qwen3-Next-80B-A3B-Instruct", gpu="H200", tp=2, max_num_batched_tokens=8192)
+    kv = r.memory_breakdown["kv"]
+    groups = kv_groups(build_layout(load_spec("Qwen/Qwen3-Next-80B-A3B-Instruct"), "auto", 2), 16, 2)
+    needed = groups.request_bytes(262144, 8192)
+    assert (r.reason is None) == (needed <= kv)
+    longest = groups.longest_context(kv, 8192, 262144)
+    assert groups.request_bytes(longest, 8192) <= kv
+    assert longest == 262144 or groups.request_bytes(longest + 1, 8192) > kv
 
 
 ODD = [None, True, 0, -1, 4, 128, 2.5, "x", [], [1], [128, 128], {}, {"a": 1}, "re:.*attn.*", [3, None]]

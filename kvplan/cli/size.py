@@ -16,7 +16,7 @@ def size(
     tp: TpOpt = 1,
     batch: Annotated[int, typer.Option(help="Concurrent requests to check.")] = 1,
     gpu: Annotated[Optional[str], typer.Option(help="GPU from the catalog (see `kvplan gpus`).")] = None,
-    gpu_memory_utilization: Annotated[Optional[float], typer.Option(help="Share of GPU memory vLLM may use, with --gpu (default 0.9, vLLM's; 0.92 with --engine none).")] = None,
+    gpu_memory_utilization: Annotated[Optional[float], typer.Option(help="Share of GPU memory vLLM may use, with --gpu (default: the release's, 0.92 since vLLM 0.21, 0.9 before; 0.92 with --engine none).")] = None,
     kv_memory: Annotated[Optional[str], typer.Option(help="KV memory per GPU, e.g. 40GiB (instead of --gpu).")] = None,
     block_size: Annotated[int, typer.Option(help="Paged KV block size in tokens.")] = 16,
     engine: Annotated[str, typer.Option(help="vllm: the KV pool vLLM will log at start-up, and whether it starts; none: GPU memory x utilization less the weights.")] = "vllm",
@@ -24,6 +24,8 @@ def size(
     max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="vLLM's --max-num-batched-tokens (default: vLLM's for the GPU).")] = None,
     max_num_seqs: Annotated[Optional[int], typer.Option(help="vLLM's --max-num-seqs (default: vLLM's for the GPU).")] = None,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs.")] = False,
+    vllm_version: Annotated[str, typer.Option(help="The vLLM release whose rules apply (0.9 on; from 0.21 CUDA graphs come out of the pool).")] = "0.29",
+    enable_prefix_caching: Annotated[bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching (on by default); hybrid Mamba-style models then keep two state pages per request.")] = True,
     json: JsonOpt = False,
 ) -> None:
     """Bytes of KV per token and per request, and what fits on a GPU.
@@ -35,7 +37,8 @@ def size(
     run = size_of(model, tokens=tokens, kv_dtype=kv_dtype, tp=tp, batch=batch, gpu=gpu,
                   gpu_memory_utilization=gpu_memory_utilization, kv_memory=kv_memory, block_size=block_size,
                   engine=engine, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
-                  max_num_seqs=max_num_seqs, enforce_eager=enforce_eager)
+                  max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, vllm_version=vllm_version,
+                  enable_prefix_caching=enable_prefix_caching)
     if json:
         from kvplan.report.output import emit_json
 

@@ -1,24 +1,28 @@
 """How many tokens and concurrent requests fit on a GPU: `kvplan size` as a library function.
 
 Definitions (printed by the CLI as well):
-- kv_pool_bytes: --kv-memory per GPU, or gpu memory x utilization minus this GPU's share of the weights.
-  (vLLM also subtracts its profiled activation peak; kvplan cannot run the model, so it does not.)
+- kv_pool_bytes: --kv-memory per GPU; with engine "vllm" the "Available KV cache memory" vLLM will
+  log (kvplan/model/vllm_memory.py); with engine "none" gpu memory x utilization minus this GPU's
+  share of the weights.
 - num_blocks: kv_pool_bytes // (block_size x bytes_per_token); one of them is vLLM's null block,
   so usable_blocks = num_blocks - 1 and max_tokens = usable_blocks x block_size.
 - max_concurrency: whole requests of `tokens` tokens that fit at once in the usable blocks (each
   per-token layer group rounds its tokens up to whole blocks; sliding layers keep at most their
   window, recurrent state is added per request).
-- vllm_concurrency and vllm_kv_cache_tokens: vLLM's startup log line, computed as vLLM does:
-  num_blocks / ceil(tokens / block_size) (all blocks, null included) and int(concurrency x tokens).
+- vllm_concurrency and vllm_kv_cache_tokens: vLLM's startup log lines, computed as vLLM does:
+  num_blocks / ceil(tokens / block_size) (all blocks, null included) and int(concurrency x tokens);
+  for hybrid layouts (sliding windows, recurrent state) by vLLM's KV cache groups
+  (kvplan/model/vllm_kv_groups.py), with vllm_block_size the attention block size vLLM sets.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from kvplan.errors import UsageError
 from kvplan.model.gpus import GPU
 from kvplan.model.layout import KVLayout
+from kvplan.model.vllm_kv_groups import KVGroups, is_hybrid, kv_groups
 from kvplan.model.vllm_memory import (SERVE_BATCH_LARGE, EngineOptions, StartupMemory, max_len_reason,
                                       no_kv_reason, startup_memory, weights_reason)
 
@@ -56,6 +60,7 @@ class SizeReport:
     engine: str | None = None  # "vllm": the pool and verdict vLLM would find; "none": the bare bound
     reason: str | None = None  # why vLLM would not start, in its words
     memory_breakdown: dict | None = None  # vLLM's start-up memory on one GPU (engine "vllm")
+    vllm_block_size: int | None = None  # hybrid layouts: the attention block size vLLM sets
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,9 +88,11 @@ def size_model(
     by default) less the weights. engine "vllm" (with `engine_options` and `engine_shape`): the
     pool vLLM itself will find, from kvplan/model/vllm_memory.py, with its verdict.
     """
+    engine_options = engine_options or EngineOptions()
     if gpu_memory_utilization is None:
-        gpu_memory_utilization = (engine_options.gpu_memory_utilization if engine == "vllm" and engine_options
-                                  else BARE_UTILIZATION)
+        gpu_memory_utilization = engine_options.utilization if engine == "vllm" else BARE_UTILIZATION
+    elif engine_options.gpu_memory_utilization != gpu_memory_utilization:
+        engine_options = replace(engine_options, gpu_memory_utilization=gpu_memory_utilization)
     for name, value in (("tokens", tokens), ("batch", batch), ("block-size", block_size)):
         if not 1 <= value <= 2**40:
             raise UsageError(f"expected an integer from 1 to 2^40, got {value}", field=name)
@@ -101,20 +108,22 @@ def size_model(
     if kv_memory is None and gpu is None:
         return SizeReport(**base)
     memory, reason = None, None
+    groups = kv_groups(layout, block_size, engine_options.state_pages) if is_hybrid(layout) else None
     if kv_memory is not None:
         pool = kv_memory
     elif engine == "vllm":
         memory = startup_memory(total=gpu.cuda_memory_bytes, gpu_name=gpu.name, weights=per_gpu_weights,
                                 tp=layout.tp, options=engine_options, **engine_shape)
         pool = max(memory.kv, 0)
-        reason = _verdict(layout, memory, tokens, block_size)
+        reason = _verdict(layout, groups, memory, tokens, block_size)
     else:  # weights larger than the GPU's share leave no pool at all (never a negative one)
         pool = max(int(gpu.memory_bytes * gpu_memory_utilization) - per_gpu_weights, 0)
     fit = pool_fit(layout, pool, tokens, block_size)
     batched = memory.max_num_batched_tokens if memory else SERVE_BATCH_LARGE[0]  # no GPU: the H100 default
-    hybrid = vllm_hybrid_log(layout, pool, tokens, block_size, batched)
-    if hybrid is not None:
-        fit["vllm_concurrency"], fit["vllm_kv_cache_tokens"] = hybrid
+    if groups is not None:
+        fit["vllm_concurrency"] = groups.concurrency(pool, tokens, batched)
+        fit["vllm_kv_cache_tokens"] = groups.kv_cache_tokens(pool, tokens, batched,
+                                                             engine_options.rules.group_aware_tokens)
     return SizeReport(
         **base,
         gpu=gpu.name if gpu else None,
@@ -125,52 +134,29 @@ def size_model(
         engine=engine if gpu and kv_memory is None else None,
         reason=reason,
         memory_breakdown=memory.breakdown() if memory else None,
+        vllm_block_size=groups.attention_block_size if groups is not None else None,
         **fit,
     )
 
 
-def _verdict(layout: KVLayout, memory: StartupMemory, max_model_len: int, block_size: int) -> str | None:
+def _verdict(layout: KVLayout, groups: KVGroups | None, memory: StartupMemory, max_model_len: int,
+             block_size: int) -> str | None:
     """vLLM's start-up failure for this memory, in vLLM's words, or None when it starts."""
     if memory.weights > memory.total:
         return weights_reason(memory.weights, memory.total)
     if memory.kv <= 0:
         return no_kv_reason()
+    if groups is not None:
+        batched = memory.max_num_batched_tokens
+        needed = groups.request_bytes(max_model_len, batched)
+        if needed > memory.kv:
+            longest = groups.longest_context(memory.kv, batched, layout.max_context or MAX_TOKENS)
+            return max_len_reason(max_model_len, needed, memory.kv, longest)
+        return None
     needed = layout.seq_bytes_in_blocks(max_model_len, block_size)
     if needed > memory.kv:
         return max_len_reason(max_model_len, needed, memory.kv, longest_context(layout, memory.kv, block_size))
     return None
-
-
-def vllm_hybrid_log(layout: KVLayout, pool: int, tokens: int, block_size: int,
-                    batched_tokens: int) -> tuple[float, int] | None:
-    """vLLM's two log lines for a model of full and sliding-window attention layers (gpt-oss,
-    Gemma 2/3, Mistral's window), as its hybrid KV cache manager computes them
-    (vllm/v1/core/kv_cache_utils.py, releases 0.10-0.11); None for any other layout.
-
-    Layers of one kind form groups of `group_size` layers (the fewest layers of any kind, or the
-    most when no kind has 25% more than another); one block holds a page of every layer of a
-    group, so num_blocks = pool // (page x group_size). One request of max_model_len L takes, per
-    group, ceil(L / B) blocks in a full-attention group and ceil(min(window - 1 +
-    max_num_batched_tokens, L) / B) + 1 in a sliding one; concurrency = num_blocks / their sum
-    and "GPU KV cache size" = int(concurrency x L).
-    """
-    kinds = [g for g in layout.groups if g.num_layers]
-    if {g.kind for g in kinds} != {"full", "sliding"} or len({g.bytes_per_token_per_layer for g in kinds}) != 1:
-        return None
-    counts = {(g.kind, g.window): 0 for g in kinds}
-    for g in kinds:
-        counts[(g.kind, g.window)] += g.num_layers
-    fewest, most = min(counts.values()), max(counts.values())
-    group_size = most if most < fewest * 1.25 else fewest
-    page = block_size * kinds[0].bytes_per_token_per_layer
-    num_blocks = pool // (page * group_size)
-    per_request = 0
-    for (kind, window), n in counts.items():
-        need = -(-tokens // block_size) if kind == "full" else \
-            -(-min(window - 1 + batched_tokens, tokens) // block_size) + 1
-        per_request += -(-n // group_size) * need
-    concurrency = num_blocks / per_request
-    return concurrency, int(concurrency * tokens)
 
 
 def pool_fit(layout: KVLayout, pool: int, tokens: int, block_size: int) -> dict:

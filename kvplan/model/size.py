@@ -10,7 +10,7 @@ from kvplan.model.dtypes import KV_DTYPE_CHOICES
 from kvplan.model.fit import SizeReport, size_model
 from kvplan.model.layout import KVLayout
 from kvplan.model.resolve import load_spec
-from kvplan.model.vllm_memory import DEFAULT_UTILIZATION, EngineOptions
+from kvplan.model.vllm_memory import VLLM_RELEASE, EngineOptions, release_rules
 from kvplan.model.weights import engine_shape, estimate_weights
 from kvplan.units import parse_size
 
@@ -44,6 +44,8 @@ def size(
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     enforce_eager: bool = False,
+    vllm_version: str = VLLM_RELEASE,
+    enable_prefix_caching: bool = True,
 ) -> SizeRun:
     """Everything `kvplan size` prints, as data; bad options raise KvplanError naming the option.
 
@@ -56,6 +58,7 @@ def size(
     for field, value in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
         if value is not None and not 1 <= value <= 2**31:
             raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=field)
+    release_rules(vllm_version)  # a bad release is refused before any work
     if kv_dtype not in KV_DTYPE_CHOICES:
         raise UsageError(f"expected one of {', '.join(KV_DTYPE_CHOICES)}, got {kv_dtype!r}", field="--kv-dtype")
     if gpu_memory_utilization is not None and gpu is None:
@@ -91,9 +94,9 @@ def size(
         kv_memory=kv_bytes,
         engine=engine,
         engine_options=EngineOptions(
-            gpu_memory_utilization=DEFAULT_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization,
-            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-            enforce_eager=enforce_eager),
+            gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, release=vllm_version,
+            enable_prefix_caching=enable_prefix_caching),
         engine_shape=engine_shape(spec),
     )
     if spec.max_context is not None and report.tokens > spec.max_context:

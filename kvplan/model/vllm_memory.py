@@ -1,7 +1,7 @@
 """What vLLM allocates at start-up, and whether it starts: the KV pool it will log.
 
-vLLM V1 (`Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py, releases 0.9 to
-0.11) takes a snapshot of the GPU after the CUDA context and NCCL are up, loads the weights,
+vLLM V1 (`Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py, releases 0.9 and
+later) takes a snapshot of the GPU after the CUDA context and NCCL are up, loads the weights,
 runs one profiling forward pass of `max_num_batched_tokens` dummy tokens (and a sampler pass of
 `min(max_num_seqs, max_num_batched_tokens)` rows), and then sets
 
@@ -11,8 +11,15 @@ where `total` is what CUDA reports to the process (`torch.cuda.mem_get_info()[1]
 than nvidia-smi's figure), the activation peak is PyTorch's peak allocation during the profiling
 run above what the weights hold, and the non-torch increase is memory allocated outside PyTorch
 while profiling (cuBLAS and attention workspaces; NCCL and custom all-reduce buffers at tp > 1).
-CUDA graphs are captured after the KV cache is allocated, in the memory the utilization leaves
-over, so they do not shrink the pool; `cuda_graph_bytes` is reported beside it as an estimate.
+Before release 0.21 CUDA graphs were captured after the KV cache was allocated, in the memory
+the utilization leaves over, so they did not shrink the pool. Since 0.21 (vllm-project/vllm#38284,
+March 2026) vLLM captures them once against a dummy KV cache while profiling, logs "Estimated CUDA
+graph memory: X GiB total" and takes that from the pool too; the same change raised the default
+utilization from 0.9 to 0.92. `--vllm-version` picks the rules (default: VLLM_RELEASE, the
+current release; its CLI reference says "If unspecified, will use the default value of 0.92",
+https://docs.vllm.ai/en/stable/cli/serve/). Prefix caching, on by default, also changes what a
+hybrid recurrent-state model keeps per request (kvplan/model/vllm_kv_groups.py): since the
+releases that cache Mamba state ("align" mode) one request holds two state pages per group.
 
 The activation peak is modelled from the tensors alive at the peak of one layer and at the
 sampler (each term below is a count of live tensors, not a fitted curve):
@@ -34,11 +41,45 @@ The verdicts use vLLM's own wording (vllm/v1/core/kv_cache_utils.py):
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
+from kvplan.errors import UsageError
+
 GiB = 2**30
-VLLM_RELEASE = "0.11"  # the release whose rules and defaults this follows
-DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
+VLLM_RELEASE = "0.29"  # the current release (v0.29.0, September 2026), whose rules are the default
+GRAPHS_PROFILED_SINCE = 21  # minor release from which CUDA graph memory comes out of the pool
+# "GPU KV cache size" of a hybrid model: a 0.13 log (gemma-3-1b-it) prints num_blocks // groups x
+# block, a 0.24 log (a gated-DeltaNet hybrid) the group-aware int(concurrency x max_model_len);
+# releases between take the older form until a log shows otherwise.
+GROUP_AWARE_TOKENS_SINCE = 24
+OLDEST_RELEASE = 9  # the V1 engine's memory profile, as modelled here, from 0.9 on
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRules:
+    """What changes in vLLM's start-up memory from one release to another."""
+
+    release: str
+    default_utilization: float  # --gpu-memory-utilization when not given
+    graphs_in_pool: bool  # CUDA graph memory is profiled and taken from the KV pool
+    state_prefix_caching: bool  # hybrid recurrent-state models cache state with prefix caching on
+    group_aware_tokens: bool  # "GPU KV cache size" as int(concurrency x max_model_len)
+
+
+def release_rules(release: str) -> ReleaseRules:
+    """The rules of vLLM `release` ("0.11", "0.21.1", "v0.29.0"); UsageError for anything else."""
+    match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,3})?(?:\.post\d+|rc\d+)?", str(release).strip())
+    major, minor = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    if major == 0 and minor < OLDEST_RELEASE:
+        raise UsageError(f"expected a vLLM release from 0.{OLDEST_RELEASE} on, such as {VLLM_RELEASE} or "
+                         f"0.11.2, got {str(release)[:40]!r}", field="--vllm-version")
+    new = major > 0 or minor >= GRAPHS_PROFILED_SINCE
+    return ReleaseRules(str(release).strip(), 0.92 if new else 0.9, new, new,
+                        major > 0 or minor >= GROUP_AWARE_TOKENS_SINCE)
+
+
+DEFAULT_UTILIZATION = release_rules(VLLM_RELEASE).default_utilization  # vLLM's default, current release
 
 # Live tensors at the activation peak (see the module docstring).
 A_HIDDEN = 4  # residual stream, its normed copy, attention output, one more hidden-sized buffer
@@ -69,10 +110,26 @@ SERVE_BATCH_SMALL = (2048, 256)
 class EngineOptions:
     """vLLM's start-up options that change its memory, with vLLM's names."""
 
-    gpu_memory_utilization: float = DEFAULT_UTILIZATION
+    gpu_memory_utilization: float | None = None  # None: the release's default
     max_num_batched_tokens: int | None = None  # None: vLLM's default for the GPU
     max_num_seqs: int | None = None
     enforce_eager: bool = False
+    release: str = VLLM_RELEASE
+    enable_prefix_caching: bool = True
+
+    @property
+    def rules(self) -> ReleaseRules:
+        return release_rules(self.release)
+
+    @property
+    def utilization(self) -> float:
+        return (self.rules.default_utilization if self.gpu_memory_utilization is None
+                else self.gpu_memory_utilization)
+
+    @property
+    def state_pages(self) -> int:
+        """Pages of recurrent state one request keeps per state group (vllm_kv_groups.py)."""
+        return 2 if self.enable_prefix_caching and self.rules.state_prefix_caching else 1
 
 
 def default_batch(gpu_name: str, cuda_total: int) -> tuple[int, int]:
@@ -93,10 +150,12 @@ class StartupMemory:
     weights: int
     activation: int
     non_torch: int
-    kv: int  # requested - weights - activation - non_torch (negative: vLLM does not start)
-    cuda_graphs: int  # captured after the KV cache, outside the utilization share
+    kv: int  # requested - weights - activation - non_torch [- cuda_graphs] (negative: no start)
+    cuda_graphs: int
+    cuda_graphs_in_pool: bool  # release 0.21 on: the graphs come out of the pool
     max_num_batched_tokens: int
     max_num_seqs: int
+    release: str
 
     def breakdown(self) -> dict:
         return asdict(self)
@@ -115,13 +174,14 @@ def startup_memory(*, total: int, gpu_name: str, weights: int, hidden: int, mlp_
     tokens, seqs = default_batch(gpu_name, total)
     tokens = options.max_num_batched_tokens or tokens
     seqs = options.max_num_seqs or seqs
-    requested = int(total * options.gpu_memory_utilization)
+    rules = options.rules
+    requested = int(total * options.utilization)
     activation = activation_peak(hidden, mlp_width, vocab, tp, act_bytes, tokens, seqs)
     non_torch = NON_TORCH_TP if tp > 1 else NON_TORCH_TP1
     graphs = 0 if options.enforce_eager else CUDA_GRAPH_BASE + CUDA_GRAPH_PER_LAYER * layers
-    kv = requested - weights - activation - non_torch
-    return StartupMemory(total, options.gpu_memory_utilization, requested, weights, activation,
-                         non_torch, kv, graphs, tokens, seqs)
+    kv = requested - weights - activation - non_torch - (graphs if rules.graphs_in_pool else 0)
+    return StartupMemory(total, options.utilization, requested, weights, activation, non_torch, kv,
+                         graphs, rules.graphs_in_pool, tokens, seqs, rules.release)
 
 
 def no_kv_reason() -> str:

@@ -59,7 +59,10 @@ def _add_fit_rows(table, r: SizeReport) -> None:
         table.add_row(f"  - activation peak ({m['max_num_batched_tokens']:,} tokens, {m['max_num_seqs']:,} seqs)",
                       _b(m["activation"]))
         table.add_row("  - non-torch (workspaces, NCCL)", _b(m["non_torch"]))
-        table.add_row("  CUDA graphs (outside the pool)", _b(m["cuda_graphs"]))
+        if m["cuda_graphs_in_pool"]:
+            table.add_row(f"  - CUDA graphs (profiled, vLLM {m['release']})", _b(m["cuda_graphs"]))
+        else:
+            table.add_row(f"  CUDA graphs (outside the pool, vLLM {m['release']})", _b(m["cuda_graphs"]))
     table.add_row("KV pool" + (" (vLLM's Available KV cache memory)" if m else ""), _b(r.kv_pool_bytes))
     table.add_row(f"blocks of {r.block_size} (1 kept as null block)", f"{r.num_blocks:,}")
     table.add_row("tokens that fit", f"{r.max_tokens:,}")
@@ -75,7 +78,11 @@ def _print_fit_lines(out, r: SizeReport) -> None:
         return
     out.print(f"vLLM would log: GPU KV cache size: {r.vllm_kv_cache_tokens:,} tokens")
     out.print(f"vLLM would log: Maximum concurrency for {r.tokens:,} tokens per request: {r.vllm_concurrency:.2f}x")
-    out.print("[dim](vLLM's formula: num_blocks / ceil(tokens / block_size), tokens = int(concurrency x tokens))[/dim]")
+    if r.vllm_block_size is not None:
+        out.print(f"[dim](vLLM's hybrid KV cache groups, attention block size {r.vllm_block_size} tokens: "
+                  "num_blocks / the blocks one request needs in every group)[/dim]")
+    else:
+        out.print("[dim](vLLM's formula: num_blocks / ceil(tokens / block_size), tokens = int(concurrency x tokens))[/dim]")
     if not r.fits:
         out.print(
             f"[bold red]Does not fit:[/] {r.batch} request(s) of {r.tokens:,} tokens need more than the pool; "
