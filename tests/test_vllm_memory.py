@@ -181,6 +181,18 @@ def test_gpt_oss_20b_on_an_a100_matches_its_log():
     assert r.reason is None and r.fits
 
 
+def test_llama_31_8b_on_an_a100_40gb_matches_its_log():
+    """Held out: Llama-3.1-8B-Instruct on GCE's a2-highgpu-1g (one A100 40GB), vLLM 0.15.1, eager,
+    max_model_len 131,072, max_num_batched_tokens 8,192, default utilization (0.9 in that release):
+    Available KV cache memory 19.28 GiB, "GPU KV cache size: 157,936 tokens"."""
+    log = LOGS["llama31-8b-a100-gce-v1-eager-131k"]
+    r = size("meta-llama/Llama-3.1-8B-Instruct", gpu="A100-40GB", tokens=131072, max_num_batched_tokens=8192,
+             enforce_eager=True, vllm_version=log["vllm_version"])
+    logged = log["logged"]["available_kv_cache_gib"]
+    assert r.kv_pool_bytes / GiB == pytest.approx(logged, abs=max(1.0, 0.05 * logged))
+    assert r.fits and r.reason is None
+
+
 def test_gpt_oss_120b_on_one_h100_does_not_start_as_vllm_says():
     """Fitted part: at vLLM's defaults the profile leaves nothing ("No available memory for the
     cache blocks", logged -2.14 GiB)."""

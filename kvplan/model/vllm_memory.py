@@ -21,10 +21,15 @@ https://docs.vllm.ai/en/stable/cli/serve/). Prefix caching, on by default, also 
 hybrid recurrent-state model keeps per request (kvplan/model/vllm_kv_groups.py): since the
 releases that cache Mamba state ("align" mode) one request holds two state pages per group.
 
-The activation peak is modelled from the tensors alive at the peak of one layer and at the
-sampler (each term below is a count of live tensors, not a fitted curve):
+The activation peak is modelled from the tensors alive at the two peaks of vLLM's profiling run
+(`profile_run` in vllm/v1/worker/gpu_model_runner.py: `_dummy_run(max_num_tokens)`, whose
+intermediate tensors are freed when the forward returns and only its hidden states survive, then
+`_dummy_sampler_run` over one row per request). The peak is the larger of the two, not their sum
+(each term is a count of live tensors, not a fitted curve):
 
-    peak = N x (A_HIDDEN x hidden + A_MLP x mlp_width / tp) x act_bytes + S x vocab x A_LOGITS x 4 B
+    forward = N x (A_HIDDEN x hidden + A_MLP x mlp_width / tp) x act_bytes
+    sampler = N x hidden x act_bytes + S x vocab x A_LOGITS x 4 B
+    peak = max(forward, sampler)
 
 with N = max_num_batched_tokens, S = min(max_num_seqs, N), mlp_width the widest MLP a token
 passes (the dense intermediate size, or top_k x the expert intermediate size plus shared experts
@@ -86,10 +91,11 @@ A_HIDDEN = 4  # residual stream, its normed copy, attention output, one more hid
 A_MLP = 3  # the gate_up projection's output (2 x width) and the activation's output (1 x width)
 # The sampler's dummy pass over S rows of the whole vocabulary holds, per logit, float32 copies
 # for the logits, their temperature-scaled form, the softmax, the log-softmax (logprobs) and the
-# top-k/top-p sort (values plus int64 indices): 4+4+4+4+4+8 = 28 bytes, 7 words; the two
-# gpt-oss-120b logs on one H100 (the fitted part of the corpus, where the sampler dominates:
-# a 201,088-token vocabulary x 1,024 rows) say 9 words, so 9 it is.
-A_LOGITS = 9
+# top-k/top-p sort (values plus int64 indices): 4+4+4+4+4+8 = 28 bytes, 7 words, plus the
+# temporaries of top-p (the cumulative sum, the masks) that count leaves out. The two gpt-oss-120b
+# logs on one H100 (the fitted part of the corpus, where the sampler dominates: a 201,088-token
+# vocabulary x 1,024 rows) say 11 words (both within 0.13 GiB), so 11 it is.
+A_LOGITS = 11
 # Non-torch memory allocated while profiling: cuBLAS/attention workspaces, plus at tp > 1 the
 # NCCL and custom all-reduce buffers. 0.25 GiB is the middle of the 0.1-0.35 GiB the tp=1 logs
 # of the corpus show; 1 GiB at tp > 1 is a round figure the corpus does not yet pin down (its
@@ -164,8 +170,9 @@ class StartupMemory:
 def activation_peak(hidden: int, mlp_width: int, vocab: int, tp: int, act_bytes: int,
                     tokens: int, seqs: int) -> int:
     """Peak activation bytes of vLLM's profiling run (see the module docstring)."""
-    per_token = A_HIDDEN * hidden + A_MLP * -(-mlp_width // tp)
-    return tokens * per_token * act_bytes + min(seqs, tokens) * vocab * A_LOGITS * 4
+    forward = tokens * (A_HIDDEN * hidden + A_MLP * -(-mlp_width // tp)) * act_bytes
+    sampler = tokens * hidden * act_bytes + min(seqs, tokens) * vocab * A_LOGITS * 4
+    return max(forward, sampler)
 
 
 def startup_memory(*, total: int, gpu_name: str, weights: int, hidden: int, mlp_width: int,
