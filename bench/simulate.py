@@ -1,9 +1,10 @@
-"""Speed target: the serving simulator on 1,000,000 requests, >= 80,000 requests/s and <= 1 GiB.
+"""Speed target: the serving simulator on 1,000,000 requests, >= 250,000 requests/s at the trace's
+pace and <= 1 GiB.
 
 The Azure LLM inference conversation trace (2023) tiled to 1,000,000 requests (each copy shifted
-by the trace's span plus one mean gap), served by Llama-3-8B on one H100-80GB: 131,072 KV bytes
-per token, 16.06e9 weight bytes, 3.35e12 B/s and 989e12 FLOP/s (bf16 dense), a KV pool of
-0.92 x 80 GiB - weights, paged B = 16, recompute preemption, max_num_seqs 256,
+by the trace's span plus one mean gap), served by Llama-3-8B on one H100-80GB with the physical
+step-time model (kvplan/model/step_time.py, from the catalog model and GPU), a KV pool of
+0.92 x 80 GiB - weights, paged B = 16, recompute preemption, chunked prefill, max_num_seqs 256,
 max_num_batched_tokens 8192, max_model_len 8192 (longer requests clipped). Two runs, each in its
 own process so that its peak RSS is its own: at the trace's pace, and 20x compressed in time so
 the server saturates, plus an extra run where the KV pool, not max_num_seqs, is the limit.
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 
 NUM_REQUESTS = 1_000_000
-TARGET_RPS = 80_000
+TARGET_RPS = 250_000
 TARGET_RSS = 2**30
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACE = SHARED / "traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
@@ -36,19 +37,21 @@ CASES = {"pace": (1.0, 256), "compressed": (0.05, 256), "saturated": (0.05, 1024
 
 
 def workload(time_scale: float, max_num_seqs: int):
+    from kvplan.model.facts import model_facts
     from kvplan.workload.traces import open_trace
     from kvplan.workload.records import (AllocatorSpec, PoolSpec, SchedulerConfig, TimingConfig,
                                   Workload)
 
     trace = open_trace("azure", TRACE, limit=NUM_REQUESTS, repeat=-(-NUM_REQUESTS // 19_366),
                        time_scale=time_scale, max_model_len=8192, too_long="clip")
+    facts = model_facts("meta-llama/Meta-Llama-3-8B", gpu_name="H100-80GB")
     timing = TimingConfig(gpu_name="H100-80GB", hbm_bytes_per_s=3.35e12, peak_flops=989e12,
                           weight_bytes=int(WEIGHT_BYTES), flops_per_token=2 * 8.03e9,
-                          kv_bytes_per_token=KV_BYTES)
+                          kv_bytes_per_token=KV_BYTES, step=facts["step_model"])
     alloc = AllocatorSpec("paged", block_size=16)
     return Workload("azure-conv-1M", str(TRACE), 0, "serve", NUM_REQUESTS,
                     PoolSpec(POOL_SLOTS, KV_BYTES), (alloc,),
-                    SchedulerConfig(max_num_seqs, 8192, 8192, False, "recompute"), timing,
+                    SchedulerConfig(max_num_seqs, 8192, 8192, True, "recompute", null_block=True), timing,
                     trace.chunks), alloc
 
 

@@ -120,6 +120,7 @@ def test_gpu_is_frozen():
         gpu.memory_bytes = 1  # type: ignore[misc]
     assert [f.name for f in dataclasses.fields(GPU)] == [
         "name", "memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "vendor", "sources", "cuda_memory_bytes",
+        "peak_fp8_flops", "link_bytes_per_s",
     ]
 
 
@@ -130,7 +131,11 @@ def test_values_positive_and_plausible():
         assert 200e9 <= gpu.hbm_bytes_per_s <= 10e12, gpu.name
         assert 50e12 <= gpu.peak_bf16_flops <= 3e15, gpu.name
         assert gpu.vendor in {"NVIDIA", "AMD"}
-        assert set(gpu.sources) == {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes"}, gpu.name
+        assert {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes", "link_bytes_per_s"} \
+            <= set(gpu.sources) <= {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes",
+                                    "link_bytes_per_s", "peak_fp8_flops"}, gpu.name
+        assert 10e9 <= gpu.link_bytes_per_s <= 2e12, gpu.name
+        assert gpu.peak_fp8_flops == 0 or gpu.peak_bf16_flops < gpu.peak_fp8_flops <= 2.5 * gpu.peak_bf16_flops
         # CUDA reports a little less than the device's own total (the driver's reserve): 0-9%;
         # on the MI300X HIP's total (191.98 GiB) sits 0.15% above rocm-smi's VRAM figure
         assert 0.91 * gpu.memory_bytes <= gpu.cuda_memory_bytes <= 1.002 * gpu.memory_bytes, gpu.name
@@ -235,7 +240,9 @@ def test_catalog_file_round_trips_to_the_loaded_catalog():
     (lambda d: d["gpus"][1]["peak_bf16_flops"].update(source="x"), "gpus[1].peak_bf16_flops.source", "where the figure"),
     (lambda d: d["gpus"][2].update(vendor="Acme"), "gpus[2].vendor", "NVIDIA"),
     (lambda d: d["gpus"][2].update(name="H100 80GB"), "gpus[2].name", "letters, digits and dashes"),
-    (lambda d: d["gpus"][2].update(extra=1), "gpus[2]", "exactly the keys"),
+    (lambda d: d["gpus"][2].update(extra=1), "gpus[2]", "the keys"),
+    (lambda d: d["gpus"][3].update(peak_fp8_flops={"value": -1, "source": "a sentence long enough"}),
+     "gpus[3].peak_fp8_flops.value", "positive"),
     (lambda d: d["gpus"][4].update(aliases="H100"), "gpus[4].aliases", "list of names"),
     (lambda d: d.update(gpus={}), None, '"gpus"'),
 ])  # fmt: skip

@@ -35,11 +35,11 @@ def random_workload(seed: int, big: bool = False) -> tuple[Workload, AllocatorSp
     budget = int(rng.integers(1, 2 * mml)) if chunked else int(rng.integers(mml, 2 * mml + 1))
     mode = "swap" if rng.random() < 0.4 else "recompute"
     sched = SchedulerConfig(int(rng.integers(1, 24 if big else 10)), budget, mml, chunked, mode,
-                            int(rng.integers(0, 8 * mml)))
+                            int(rng.integers(0, 8 * mml)), bool(rng.random() < 0.5))
     if rng.random() < 0.5:
         b = int(rng.choice([1, 2, 3, 4, 8, 16]))
         spec = AllocatorSpec("paged", block_size=b)
-        slots = int(rng.integers(-(-mml // b) * b, 4 * mml + b + 1))
+        slots = int(rng.integers(-(-mml // b) * b, 4 * mml + b + 1)) + (b if sched.null_block else 0)
     else:
         limit = mml + int(rng.integers(0, 2)) * int(rng.integers(0, 40))
         policy = str(rng.choice(["max", "pow2", "oracle"]))
@@ -50,6 +50,8 @@ def random_workload(seed: int, big: bool = False) -> tuple[Workload, AllocatorSp
         timing = TimingConfig("test-gpu", 1e12, 1e12, int(rng.integers(0, 300_000)),
                               float(rng.integers(0, 50_000)), int(rng.integers(0, 20_000)),
                               1.0, 1.0, float(rng.integers(0, 3)) * 1e-8)
+        if rng.random() < 0.5:  # the physical model: a curve per step size, requests, pairs
+            timing = replace(timing, step=random_step_model(rng))
     size = int(rng.integers(1, n + 1))
 
     def make():
@@ -58,6 +60,22 @@ def random_workload(seed: int, big: bool = False) -> tuple[Workload, AllocatorSp
 
     wl = Workload("random", "", seed, "serve", n, PoolSpec(slots), (spec,), sched, timing, make)
     return wl, spec, int(rng.choice([4, 8, 64, 2048]))
+
+
+def random_step_model(rng):
+    """A StepModel of random small sizes (dense or MoE, tp 1-4): ticks of tens to thousands."""
+    from kvplan.model.step_time import StepModel
+
+    experts = int(rng.choice([0, 8, 64]))
+    return StepModel(
+        hbm_bytes_per_s=1e12, peak_flops=float(rng.choice([1e13, 1e14])), attention_flops=1e14,
+        link_bytes_per_s=1e11, tp=int(rng.integers(1, 5)), dense_bytes=int(rng.integers(0, 200_000)),
+        dense_flops_per_token=float(rng.integers(0, 2_000_000)), expert_bytes=int(rng.integers(0, 400_000)),
+        expert_flops_per_token=float(rng.integers(0, 500_000)), num_experts=experts,
+        top_k=min(2, experts), lm_head_flops_per_request=float(rng.integers(0, 100_000)),
+        kv_bytes_per_token=int(rng.integers(0, 5_000)), attention_flops_per_pair=float(rng.integers(0, 200_000)),
+        hidden=int(rng.integers(8, 64)), num_layers=int(rng.integers(1, 8)),
+        enforce_eager=bool(rng.random() < 0.3))
 
 
 def as_json(result) -> str:
@@ -193,6 +211,23 @@ def test_jump_time_matches_step_by_step():
     cf[K.TIMED], cf[K.OVERHEAD], cf[K.WEIGHT_TICKS], cf[K.KV_TICKS], cf[K.FLOP_TICKS] = 1, 7, 1000, 13, 900
     for h0, n in ((0, 1), (50, 3), (500, 8), (10, 40)):
         flat, base, slope, jstar = K.jump_params(cf, h0, n)
-        steps = [K.step_dt(cf, h0 + n * j, n) for j in range(60)]
+        steps = [K.step_dt(cf, h0 + n * j, n, n, 0) for j in range(60)]
+        for k in (1, 2, 17, 60):
+            assert K.cum(k, flat, base, slope, jstar) == sum(steps[:k])
+
+
+def test_physical_jump_time_matches_step_by_step():
+    """The physical model: per-request ticks, a tabulated linear curve (and its slope beyond),
+    KV ticks; the closed form of k decode steps equals the sum of step_dt."""
+    table = [0, 900, 1700, 2300, 2800, 3200]
+    cf = np.zeros(K.NUM_SETTINGS + len(table), dtype=np.int64)
+    cf[K.TIMED], cf[K.PHYSICAL], cf[K.OVERHEAD], cf[K.REQ_TICKS], cf[K.KV_TICKS] = 1, 1, 7, 5, 13
+    cf[K.LIN_LEN], cf[K.LIN_SLOPE] = len(table), 350
+    cf[K.NUM_SETTINGS:] = table
+    assert K.linear_ticks(cf, 3) == 2300 and K.linear_ticks(cf, 8) == 3200 + 3 * 350
+    for h0, n in ((0, 1), (50, 3), (500, 8), (10, 40)):
+        flat, base, slope, jstar = K.jump_params(cf, h0, n)
+        steps = [K.step_dt(cf, h0 + n * j, n, n, 0) for j in range(60)]
+        assert steps[0] == 7 + 5 * n + K.linear_ticks(cf, n) + 13 * h0
         for k in (1, 2, 17, 60):
             assert K.cum(k, flat, base, slope, jstar) == sum(steps[:k])

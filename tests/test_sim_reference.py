@@ -47,16 +47,17 @@ def records(result) -> dict[str, list]:
 
 PAGED4 = AllocatorSpec("paged", block_size=4)
 
-# Pool of 3 blocks of 4 slots. A and B (prompt 3, output 4) arrive at 0, C (prompt 1, output 1)
-# at 1. Step 0: A and B each prefill 3 tokens and hold 4 (1 block each, 1 free). Step 1: A needs
-# a 2nd block and takes the free one; B needs one too, none is free, so the most recent running
-# request, B itself, is preempted: its block is freed (1 free), its 4 tokens are discarded, and it
-# goes to the FRONT of the waiting queue, ahead of C. No admission in a step that preempted.
-# Steps 2-3: B's recompute prefill (3 + 1 generated = 4 tokens, holding 5) needs 2 blocks, only 1
-# is free; C would fit in it but is behind B (no skipping). A finishes at the end of step 3.
-# Step 4: B is admitted again (2 blocks) and C after it (1 block); C's single token ends it.
-# Steps 5-6: B decodes to 7 tokens and finishes at 7.
-PREEMPT_CASE = [(0, 3, 4), (0, 3, 4), (1, 1, 1)]
+# Pool of 3 blocks of 4 slots. A and B (prompt 4, output 4) arrive at 0, C (prompt 1, output 1)
+# at 1. A request holds the KV it has computed: a prefill of 4 holds 4 and samples a token whose
+# KV the next step computes. Step 0: A and B prefill 4 tokens each (1 block each, 1 free) and
+# sample their first tokens. Step 1: A's decode needs a 2nd block and takes the free one; B needs
+# one too, none is free, so the most recent running request, B itself, is preempted: its block
+# is freed (1 free), its 4 tokens are discarded, and it goes to the FRONT of the waiting queue,
+# ahead of C. No admission in a step that preempted. Steps 2-3: B's recompute prefill (4 + 1
+# generated = 5 tokens) needs 2 blocks, only 1 is free; C would fit in it but is behind B (no
+# skipping). A finishes at the end of step 3. Step 4: B is admitted again (2 blocks) and C after
+# it (1 block); C's single token ends it. Steps 5-6: B decodes to its 4th token and finishes at 7.
+PREEMPT_CASE = [(0, 4, 4), (0, 4, 4), (1, 1, 1)]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -66,13 +67,13 @@ def test_recompute_preempts_the_most_recent_and_requeues_it_first(engine):
     assert records(result) == {
         "arrival": [0.0, 0.0, 1.0], "admitted": [0.0, 0.0, 4.0],
         "first_token": [1.0, 1.0, 5.0], "finish": [4.0, 7.0, 5.0],
-        "prompt": [3, 3, 1], "output": [4, 4, 1], "preemptions": [0, 1, 0],
+        "prompt": [4, 4, 1], "output": [4, 4, 1], "preemptions": [0, 1, 0],
     }  # fmt: skip
     assert (result.steps, result.preemptions, result.recomputed_tokens) == (7, 1, 4)
     assert (result.swap_outs, result.peak_running) == (0, 2)
-    # Tokens held per step: 8, 5, 6, 7, 7, 6, 7 = 46; blocks: 2, 2, 2, 2, 3, 2, 2 = 15 (60 slots),
+    # Tokens held per step: 8, 5, 6, 7, 6, 6, 7 = 45; blocks: 2, 2, 2, 2, 3, 2, 2 = 15 (60 slots),
     # over 7 steps x 12 slots = 84.
-    assert result.breakdown == {"token_states": 46 / 84, "reserved": 0.0, "internal": 14 / 84,
+    assert result.breakdown == {"token_states": 45 / 84, "reserved": 0.0, "internal": 15 / 84,
                                 "external": 0.0, "free": 24 / 84}
     assert result.mean_running == 9 / 7
 
@@ -83,7 +84,7 @@ def test_swap_moves_the_victim_to_cpu_and_back(engine):
     wl = make_workload(PREEMPT_CASE[:2], 12, preemption="swap", swap_slots=4)
     result = ENGINES[engine](wl, PAGED4, record_requests=True)
     # As above, but B's block goes to the CPU pool (4 slots) and B resumes at step 4 as a decode
-    # needing 2 blocks (5 tokens): the same timing in step units, nothing recomputed.
+    # needing 2 blocks (holding 5 after it): the same timing in step units, nothing recomputed.
     assert records(result)["finish"] == [4.0, 7.0]
     assert (result.preemptions, result.swap_outs, result.recomputed_tokens) == (1, 1, 0)
 
@@ -99,30 +100,31 @@ def test_swap_falls_back_to_recompute_when_the_cpu_pool_is_full(engine):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_contiguous_first_fit_refuses_a_request_because_of_external_fragmentation(engine):
     """Breaks if first fit places differently or external fragmentation is mismeasured."""
-    # 12 slots, oracle reservations (prompt + output). Step 0: R1 (3+1 -> 4 slots at 0..3) and R2
-    # (1+3 -> 4 at 4..7) are admitted; R3 (3+3 -> 6) does not fit the last 4 free slots: a plain
-    # shortage. R1 finishes at the end of step 0, leaving free runs of 4 and 4: 8 free slots, yet
-    # R3 is refused in steps 1 and 2 (external fragmentation: 8 slots). R2 finishes at 3, the runs
-    # merge, and R3 runs in steps 3-5.
-    wl = make_workload([(0, 3, 1), (0, 1, 3), (0, 3, 3)], 12)
+    # 12 slots, oracle reservations of the KV each request ends holding (prompt + output - 1).
+    # Step 0: R1 (3 + 2 -> 4 slots at 0..3) and R2 (1 + 4 -> 4 at 4..7) are admitted; R3 (3 + 4 ->
+    # 6) does not fit the last 4 free slots: a plain shortage. R1 finishes at the end of step 1,
+    # leaving free runs of 4 and 4: 8 free slots, yet R3 is refused in steps 2 and 3 (external
+    # fragmentation: 8 slots). R2 finishes at 4, the runs merge, and R3 runs in steps 4-7.
+    wl = make_workload([(0, 3, 2), (0, 1, 4), (0, 3, 4)], 12)
     spec = AllocatorSpec("contiguous", policy="oracle", max_len=12)
     result = ENGINES[engine](wl, spec, record_requests=True)
     rec = records(result)
-    assert rec["admitted"] == [0.0, 0.0, 3.0] and rec["finish"] == [1.0, 3.0, 6.0]
-    # Over 6 steps x 12 slots = 72: tokens 6+3+4+4+5+6 = 28; reserved-not-yet-used 2+1+0+2+1+0 = 6;
-    # external 8 in steps 1 and 2 = 16; free the rest.
-    assert result.breakdown == {"token_states": 28 / 72, "reserved": 6 / 72, "internal": 0.0,
-                                "external": 16 / 72, "free": 22 / 72}
+    assert rec["admitted"] == [0.0, 0.0, 4.0] and rec["finish"] == [2.0, 4.0, 8.0]
+    # Over 8 steps x 12 slots = 96: tokens 4+6+3+4+3+4+5+6 = 35; reserved-not-yet-used
+    # 4+2+1+0+3+2+1+0 = 13; external 8 in steps 2 and 3 = 16; free 4+4+0+0+6+6+6+6 = 32.
+    assert result.breakdown == {"token_states": 35 / 96, "reserved": 13 / 96, "internal": 0.0,
+                                "external": 16 / 96, "free": 32 / 96}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_contiguous_max_reserves_the_limit(engine):
     """Breaks if the max policy reserves less than the limit, or its excess is not internal."""
-    # One request, 3 + 2 tokens, limit 12 in a 12-slot pool: steps 0 and 1 hold 4 then 5 tokens,
-    # reserve 12; of those, 5 - held will still be used and 7 never will.
+    # One request, 3 + 2 tokens, limit 12 in a 12-slot pool: steps 0 and 1 hold 3 then 4 tokens
+    # (it ends holding 3 + 2 - 1 = 4), reserve 12; of those, 4 - held will still be used and 8
+    # never will.
     wl = make_workload([(0, 3, 2)], 12)
     result = ENGINES[engine](wl, AllocatorSpec("contiguous", policy="max", max_len=12))
-    assert result.breakdown == {"token_states": 9 / 24, "reserved": 1 / 24, "internal": 14 / 24,
+    assert result.breakdown == {"token_states": 7 / 24, "reserved": 1 / 24, "internal": 16 / 24,
                                 "external": 0.0, "free": 0.0}
 
 
@@ -146,13 +148,13 @@ def test_roofline_step_times_in_picoseconds(engine):
     """Breaks if a step's time is not overhead + max(memory, compute) with integer picoseconds."""
     # 1 TB/s, 1 TFLOP/s, efficiencies 1: weights 1000 B -> 1000 ps, KV 10 B/token -> 10 ps/token,
     # 300 FLOP/token -> 300 ps/token. One request, prompt 4, output 3:
-    # prefill max(1000, 4 x 300) = 1200 ps; decode reading 5 tokens 1050 ps; then 6 tokens 1060 ps.
-    timing = TimingConfig("test-gpu", 1e12, 1e12, 1000, 300.0, 10, 1.0, 1.0)
+    # prefill max(1000, 4 x 300) = 1200 ps; decode reading 4 tokens 1040 ps; then 5 tokens 1050 ps.
+    timing = TimingConfig("test-gpu", 1e12, 1e12, 1000, 300.0, 10, 1.0, 1.0, model="roofline")
     result = ENGINES[engine](make_workload([(0, 4, 3)], 12, timing=timing), PAGED4)
     assert result.time_unit == "s"
     assert result.ttft.mean == 1200e-12
-    assert result.e2e.mean == 3310e-12
-    assert result.tpot.mean == (1050 + 1060) / 2 * 1e-12
+    assert result.e2e.mean == 3290e-12
+    assert result.tpot.mean == (1040 + 1050) / 2 * 1e-12
 
 
 def test_clipping_rules():

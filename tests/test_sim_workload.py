@@ -107,7 +107,7 @@ def test_same_seed_same_requests_and_seed_matters(tmp_path):
         (SYNTH.replace("131072", "1099511627777"), 1, "pool.slots", "<= 1099511627776"),
         (SYNTH.replace("count: 50", "count: 50_000_001"), 3, "requests.count", "limit of 50,000,000"),
         (SYNTH.replace("high: 200", "high: 9000"), 4, "requests.prompt", "exceed max_model_len"),
-        (SYNTH + "scheduler: {max_num_batched_tokens: 4096}\n", 6,
+        (SYNTH + "scheduler: {max_num_batched_tokens: 4096, chunked_prefill: false}\n", 6,
          "scheduler.max_num_batched_tokens", "below max_model_len 8192"),
         (SYNTH + "allocators:\n  - {kind: paged, block_size: [16, 0]}\n", 7,
          "allocators[0].block_size[1]", ">= 1"),

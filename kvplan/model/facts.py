@@ -5,6 +5,7 @@ from __future__ import annotations
 from kvplan.model.build import build_layout
 from kvplan.model.gpus import get_gpu
 from kvplan.model.resolve import load_spec
+from kvplan.model.step_time import step_model
 from kvplan.model.weights import estimate_weights
 
 
@@ -15,10 +16,13 @@ def model_facts(model: str, kv_dtype: str = "auto", tp: int = 1, gpu_name: str |
     """
     spec = load_spec(model)
     weights = estimate_weights(spec)
+    layout = build_layout(spec, kv_dtype, tp)
+    gpu = get_gpu(gpu_name) if gpu_name else None
     return dict(
-        layout=build_layout(spec, kv_dtype, tp),
+        layout=layout,
         weight_bytes=weights.bytes_per_gpu(tp),
-        gpu=get_gpu(gpu_name) if gpu_name else None,
+        gpu=gpu,
         flops_per_token=weights.flops_per_token / tp,
         params=weights.params,
+        step_model=step_model(spec, layout, weights, gpu, tp) if gpu is not None else None,
     )

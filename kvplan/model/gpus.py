@@ -52,6 +52,7 @@ MiB = 1024**2
 GiB = 1024**3
 CATALOG_FILE = Path(__file__).with_name("gpus.json")
 FIGURES = ("memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes")
+OPTIONAL = ("peak_fp8_flops", "link_bytes_per_s")  # 0 when absent (no fp8 units; no figure)
 WHOLE = ("memory_bytes", "cuda_memory_bytes")  # figures in whole bytes
 VENDORS = ("NVIDIA", "AMD")
 
@@ -67,6 +68,8 @@ class GPU:
     vendor: str
     sources: dict[str, str] = field(hash=False, compare=False)  # figure -> where it comes from
     cuda_memory_bytes: int = 0  # the total CUDA reports to a process (torch.cuda.mem_get_info)
+    peak_fp8_flops: float = 0.0  # dense fp8 tensor-core peak; 0: no fp8 tensor cores
+    link_bytes_per_s: float = 0.0  # GPU-to-GPU bandwidth each way (NVLink, or PCIe without it)
 
     @property
     def memory_gib(self) -> float:
@@ -92,8 +95,9 @@ def _entry(row, path: Path, where: str) -> tuple[GPU, tuple[str, ...]]:
         return ConfigError(message, file=path, field=f"{where}.{key}" if key else where)
 
     keys = {"name", "vendor", "aliases", *FIGURES}
-    if not isinstance(row, dict) or set(row) != keys:
-        raise fail(f"expected an object with exactly the keys {', '.join(sorted(keys))}")
+    if not isinstance(row, dict) or not keys <= set(row) <= keys | set(OPTIONAL):
+        raise fail(f"expected an object with the keys {', '.join(sorted(keys))} (and optionally "
+                   f"{', '.join(OPTIONAL)})")
     if not isinstance(row["name"], str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*", row["name"]):
         raise fail("expected a name of letters, digits and dashes", "name")
     if row["vendor"] not in VENDORS:
@@ -102,7 +106,7 @@ def _entry(row, path: Path, where: str) -> tuple[GPU, tuple[str, ...]]:
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
         raise fail("expected a list of names", "aliases")
     values, sources = {}, {}
-    for key in FIGURES:
+    for key in (*FIGURES, *(k for k in OPTIONAL if k in row)):
         figure = row[key]
         if not isinstance(figure, dict) or set(figure) != {"value", "source"}:
             raise fail('expected {"value": number, "source": "where it comes from"}', key)

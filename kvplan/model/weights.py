@@ -194,6 +194,15 @@ def _nas_ffn(cfg: ConfigReader, hidden: int, i: int) -> int:
     return 3 * hidden * size
 
 
+def moe_shape(spec: ModelSpec) -> tuple[int, int]:
+    """(routed experts, experts each token chooses) of an MoE model; (0, 0) for a dense one."""
+    cfg = ConfigReader(spec.raw, spec.source)
+    experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", default=0, positive=False)
+    if not experts:
+        return 0, 0
+    return experts, min(cfg.int("num_experts_per_tok", "experts_per_token", default=1), experts)
+
+
 def engine_shape(spec: ModelSpec) -> dict:
     """The sizes vLLM's profiling run depends on (kvplan/model/vllm_memory.py): the hidden size,
     the widest MLP one token passes (dense intermediate, or top_k experts plus shared ones),

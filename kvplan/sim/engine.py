@@ -33,8 +33,12 @@ def longest_step(setup: SimSetup) -> int:
     c, s = setup.clock, setup.sched
     if not c.timed:
         return 1
-    step = c.overhead + max(c.weights + c.kv_per_token * setup.slots,
-                            c.compute_per_token * s.max_num_batched_tokens)
+    budget = s.max_num_batched_tokens
+    if c.physical:  # every slot read, a full budget processed, the budget attending the whole pool
+        step = (c.overhead + c.per_request * s.max_num_seqs + c.linear_ticks(budget)
+                + c.kv_per_token * setup.slots + c.attention_per_pair * budget * (setup.slots + budget))
+    else:
+        step = c.overhead + max(c.weights + c.kv_per_token * setup.slots, c.compute_per_token * budget)
     if step > MAX_EVENT_TICKS:
         raise WorkloadError(f"one step could take {step / 1e12:.3g} s of simulated time, more than "
                             "the simulator's clock holds; check the timing settings", field="timing")
@@ -43,7 +47,7 @@ def longest_step(setup: SimSetup) -> int:
 
 def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
     s, c = setup.sched, setup.clock
-    cfg = np.zeros(K.NUM_SETTINGS, dtype=np.int64)
+    cfg = np.zeros(K.NUM_SETTINGS + max(len(c.linear), 1), dtype=np.int64)
     values = {
         K.PAGED: setup.paged, K.BLOCK_SIZE: setup.block_size, K.NUM_BLOCKS: setup.num_blocks,
         K.SLOTS: setup.slots, K.MAX_SEQS: s.max_num_seqs, K.TOKEN_BUDGET: s.max_num_batched_tokens,
@@ -52,9 +56,12 @@ def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
         K.KV_TICKS: c.kv_per_token, K.FLOP_TICKS: c.compute_per_token, K.TAIL_SLOTS: setup.tail_slots,
         K.MAX_SAMPLES: timeline_points, K.QUEUE_CAP: s.max_num_seqs + 1,
         K.MAX_JUMP: max(1, min(K.KCAP, MAX_EVENT_TICKS // longest_step(setup))),
+        K.PHYSICAL: c.physical, K.REQ_TICKS: c.per_request, K.ATTN_TICKS: c.attention_per_pair,
+        K.LIN_LEN: len(c.linear), K.LIN_SLOPE: c.linear_slope,
     }  # fmt: skip
     for key, value in values.items():
         cfg[key] = int(value)
+    cfg[K.NUM_SETTINGS:K.NUM_SETTINGS + len(c.linear)] = np.asarray(c.linear, dtype=np.int64)
     return cfg
 
 

@@ -34,7 +34,7 @@ class SimSetup:
     paged: bool
     policy: str | None
     block_size: int  # paged: B; contiguous: 1 (a slot)
-    num_blocks: int  # paged: slots // B; contiguous: slots
+    num_blocks: int  # paged: slots // B less vLLM's null block; contiguous: slots
     slots: int
     limit: int  # contiguous per-request limit (the "max" reservation)
     sched: SchedulerConfig
@@ -42,7 +42,8 @@ class SimSetup:
 
     @property
     def tail_slots(self) -> int:
-        """Paged: the slots % B left over after cutting whole blocks (always external waste)."""
+        """Paged: the slots no request can use, counted as external waste: the slots % B left over
+        after cutting whole blocks, and vLLM's null block (block 0, never handed out)."""
         return self.slots - self.num_blocks * self.block_size if self.paged else 0
 
 
@@ -86,10 +87,10 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
     s = workload.scheduler
     _check_scheduler(s)
     slots = _int_at_least(workload.pool.slots, 1, "pool.slots")
-    clock = make_clock(workload.timing, workload.pool)
+    clock = make_clock(workload.timing, workload.pool, s.max_num_batched_tokens)
     if allocator.kind == "paged":
         b = _int_at_least(allocator.block_size, 1, "allocator.block_size")
-        num_blocks = slots // b
+        num_blocks = slots // b - (1 if s.null_block else 0)  # block 0: vLLM's null block
         if num_blocks * b < s.max_model_len:
             raise WorkloadError(f"the pool holds {num_blocks} blocks of {b} slots, fewer than one "
                                 f"request of max_model_len {s.max_model_len} needs",
@@ -140,5 +141,5 @@ def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChu
         if setup.paged:
             reserve = np.zeros_like(p)
         else:
-            reserve = contiguous_reservations(p + o, setup.policy, setup.limit)
+            reserve = contiguous_reservations(p + o - 1, setup.policy, setup.limit)  # final KV held
         yield PreparedChunk(ticks, p, o, reserve, clipped)

@@ -107,7 +107,12 @@ MAX_SAMPLES = 15    # rows of `timeline`
 QUEUE_CAP = 16      # capacity of the `requeued` and `swapped` rings
 MAX_JUMP = 17       # most steps one jump covers: KCAP, or fewer when steps are so long that a
                     # jump's closed-form time would not fit in int64
-NUM_SETTINGS = 18
+PHYSICAL = 18       # 1: the physical step model (kvplan/model/step_time.py); 0: the plain roofline
+REQ_TICKS = 19      # physical: ticks per scheduled request
+ATTN_TICKS = 20     # physical: ticks per prefill attention pair (a chunk token x an earlier token)
+LIN_LEN = 21        # physical: entries of the per-step-tokens table at cfg[NUM_SETTINGS:]
+LIN_SLOPE = 22      # physical: ticks per token beyond the table's last entry
+NUM_SETTINGS = 23   # cfg[NUM_SETTINGS + n]: ticks of the linear layers and all-reduces for n tokens
 
 # -- acc[ACC_ROW, limb]: time integrals of ... dt ----------------------------------------------------
 # np.int64, not Python ints: numba compiles a separate copy of a function for every distinct int
@@ -190,11 +195,24 @@ def block_sums(h, length, b):
 
 
 @njit(cache=True)
-def step_dt(cfg, kv_read, tokens):
-    """Ticks of one step that reads kv_read tokens of KV and processes `tokens` (the roofline:
-    overhead + max(weights + KV read, compute); see timing.py)."""
+def linear_ticks(cfg, tokens):
+    """Physical model: ticks of the linear layers and all-reduces of a step of `tokens` tokens."""
+    last = cfg[LIN_LEN] - 1
+    if tokens <= last:
+        return cfg[NUM_SETTINGS + tokens]
+    return cfg[NUM_SETTINGS + last] + (tokens - last) * cfg[LIN_SLOPE]
+
+
+@njit(cache=True)
+def step_dt(cfg, kv_read, tokens, nreq, pairs):
+    """Ticks of one step that reads kv_read tokens of KV and processes `tokens` for nreq
+    requests, its prefills attending over `pairs` token pairs (see timing.py): the physical
+    model's sum of terms, or the roofline overhead + max(weights + KV read, compute)."""
     if cfg[TIMED] == 0:
         return 1
+    if cfg[PHYSICAL] != 0:
+        return (cfg[OVERHEAD] + cfg[REQ_TICKS] * nreq + linear_ticks(cfg, tokens)
+                + cfg[KV_TICKS] * kv_read + cfg[ATTN_TICKS] * pairs)
     memory = cfg[WEIGHT_TICKS] + cfg[KV_TICKS] * kv_read
     compute = cfg[FLOP_TICKS] * tokens
     return cfg[OVERHEAD] + (memory if memory > compute else compute)
@@ -203,9 +221,13 @@ def step_dt(cfg, kv_read, tokens):
 @njit(cache=True)
 def jump_params(cfg, h0, n):
     """Decode steps j = 0, 1, ... of n requests holding h0 tokens: dt_j = flat for j < jstar,
-    then base + slope * j (the KV read grows by n tokens a step)."""
+    then base + slope * j (the KV read grows by n tokens a step). The physical model is linear
+    from the first step (jstar 0)."""
     if cfg[TIMED] == 0:
         return 1, 0, 0, INF
+    if cfg[PHYSICAL] != 0:
+        base = cfg[OVERHEAD] + cfg[REQ_TICKS] * n + linear_ticks(cfg, n) + cfg[KV_TICKS] * h0
+        return base, base, cfg[KV_TICKS] * n, 0
     memory = cfg[WEIGHT_TICKS] + cfg[KV_TICKS] * h0
     compute = cfg[FLOP_TICKS] * n
     slope = cfg[KV_TICKS] * n
@@ -362,11 +384,9 @@ def tokens_for(cfg, req, rid, budget):
 
 @njit(cache=True)
 def held_after(req, rid, n):
-    """Tokens held after processing n: a prefill that completes also samples its first token."""
-    held, tgt = req[rid, HELD], req[rid, PREFILL_END]
-    if held < tgt and held + n == tgt:
-        return held + n + 1
-    return held + n
+    """Tokens held after processing n. A step that completes a prefill samples a token whose KV
+    the next step computes (as vLLM's allocate_slots: ceil(prompt / B) blocks at admission)."""
+    return req[rid, HELD] + n
 
 
 @njit(cache=True)
@@ -573,34 +593,42 @@ def admit(cfg, st, req, running, sched, requeued, run_start, run_len, budget):
 
 @njit(cache=True)
 def batch_sums(cfg, req, running, sched, n):
-    """Of the scheduled batch: KV read, tokens processed, tokens held after, allocated, final."""
+    """Of the scheduled batch: KV read, tokens processed, tokens held after, allocated, final,
+    requests scheduled, and the token pairs its prefill chunks attend over."""
     kv = 0
     processed = 0
     tokens = 0
     alloc = 0
     final = 0
+    nreq = 0
+    pairs = 0
     for i in range(n):
         rid = running[i]
         if sched[i] > 0:
-            kv += req[rid, HELD]
-            processed += sched[i]
-            tokens += held_after(req, rid, sched[i])
+            s = sched[i]
+            held = req[rid, HELD]
+            nreq += 1
+            kv += held
+            if held < req[rid, PREFILL_END]:
+                pairs += s * held + s * (s + 1) // 2
+            processed += s
+            tokens += held_after(req, rid, s)
         else:
             tokens += req[rid, HELD]
         if cfg[PAGED] != 0:
             alloc += req[rid, BLOCKS] * cfg[BLOCK_SIZE]
         else:
             alloc += req[rid, RESERVED]
-            final += req[rid, PROMPT] + req[rid, OUTPUT]
-    return kv, processed, tokens, alloc, final
+            final += req[rid, PROMPT] + req[rid, OUTPUT] - 1  # the KV it ends holding
+    return kv, processed, tokens, alloc, final, nreq, pairs
 
 
 @njit(cache=True)
 def run_step(cfg, st, req, running, sched, requeued, run_start, run_len, timeline, acc):
     """Phase 3: time the step, account for it, apply its tokens, finish requests."""
     n = st[NUM_RUNNING]
-    kv, processed, tokens, alloc, final = batch_sums(cfg, req, running, sched, n)
-    dt = step_dt(cfg, kv, processed)
+    kv, processed, tokens, alloc, final, nreq, pairs = batch_sums(cfg, req, running, sched, n)
+    dt = step_dt(cfg, kv, processed, nreq, pairs)
     ext = external(cfg, st, req, requeued, run_len)
     account_span(cfg, st, req, acc, timeline, dt, n, waiting_count(st, req, st[NOW]), tokens, alloc, final, ext)
     st[PEAK_RUNNING] = max(st[PEAK_RUNNING], n)
@@ -610,7 +638,7 @@ def run_step(cfg, st, req, running, sched, requeued, run_start, run_len, timelin
         rid = running[i]
         if sched[i] > 0:
             req[rid, HELD] = held_after(req, rid, sched[i])
-            if req[rid, HELD] > req[rid, PREFILL_END]:
+            if req[rid, HELD] >= req[rid, PREFILL_END]:
                 req[rid, GENERATED] += 1
                 if req[rid, GENERATED] == 1:
                     req[rid, FIRST_TOKEN_AT] = end
@@ -761,7 +789,7 @@ def do_jump(cfg, st, req, running, requeued, run_start, run_len, timeline, acc, 
     if cfg[PAGED] == 0:
         for i in range(n):
             alloc += req[running[i], RESERVED]
-            final += req[running[i], PROMPT] + req[running[i], OUTPUT]
+            final += req[running[i], PROMPT] + req[running[i], OUTPUT] - 1
     ext = external(cfg, st, req, requeued, run_len)
     split = min(jstar, k)
     if split > 0:

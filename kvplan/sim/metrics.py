@@ -6,11 +6,12 @@ once, in a fixed order, so two runs that agree on the integers agree on every pr
 
 Memory breakdown, in slots, measured during each step after that step's allocations and weighted
 by the step's duration (idle gaps count with the pool empty); the five parts partition the pool:
-- token_states: slots holding a token of a running request (prompt + generated so far).
+- token_states: slots holding a token's KV for a running request (the prompt, then every token
+  but the last one sampled: a request of P + O tokens ends holding P + O - 1, as in vLLM).
 - reserved: contiguous only: reserved slots the request will still fill before it finishes
-  (prompt + output - held). Paged: 0, nothing is set aside ahead of use.
+  (prompt + output - 1 - held). Paged: 0, nothing is set aside ahead of use.
 - internal: allocated slots that will never hold a token: a contiguous reservation beyond
-  prompt + output, or the unfilled tail of a paged request's last block.
+  prompt + output - 1, or the unfilled tail of a paged request's last block.
 - external: free slots that cannot be used. Contiguous: the free runs shorter than the reservation
   of the request at the head of the waiting queue, counted when the free slots in total would
   hold that reservation (the head is refused only because the free space is in pieces); 0 when

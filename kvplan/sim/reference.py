@@ -19,10 +19,11 @@ One step, starting at time t (vLLM v1's scheduler, with v0's swap queue):
    waiting queue is served only when none are swapped: in order, stopping at the first request
    that does not fit max_num_seqs, the budget (without chunked prefill the whole prefill must
    fit) or memory (paged blocks; contiguous: first fit of its whole reservation).
-3. The step runs for `clock.step_ticks(...)`. A request holds prompt + generated tokens; the
-   token a step produces takes its slot in that step. The step that completes a prefill produces
-   a token; a request that reaches its output length finishes at the end of the step and frees
-   its memory at once.
+3. The step runs for `clock.step_ticks(...)`. A request holds the tokens whose KV is computed:
+   the step that completes a prefill of P tokens holds P and samples the first output token,
+   whose KV the next step computes (so a request of P prompt and O output tokens ends holding
+   P + O - 1, and admission takes ceil(P / B) blocks, as vLLM's allocate_slots does). A request
+   that reaches its output length finishes at the end of the step and frees its memory at once.
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ class Req:
         return self.held < self.target
 
     def held_after(self, n: int) -> int:
-        """Tokens held after processing `n` tokens (a completed prefill adds its output token)."""
-        done = self.prefilling and self.held + n == self.target
-        return self.held + n + (1 if done else 0)
+        """Tokens held after processing `n` tokens. The token a completed prefill samples has its
+        KV computed by the next step (vLLM's allocate_slots: ceil(prompt / B) blocks at admission)."""
+        return self.held + n
 
 
 class ReferenceSim:
@@ -116,7 +117,8 @@ class ReferenceSim:
                 self.admit(work, budget)
         by_id = {r.rid: r for r in self.running}
         kv_read = sum(by_id[rid].held for rid in work)
-        dt = self.clock.step_ticks(kv_read, sum(work.values()))
+        pairs = sum(n * by_id[rid].held + n * (n + 1) // 2 for rid, n in work.items() if by_id[rid].prefilling)
+        dt = self.clock.step_ticks(kv_read, sum(work.values()), len(work), pairs)
         self.account(work, dt)
         self.execute(work, self.t + dt)
         self.t += dt
@@ -234,7 +236,7 @@ class ReferenceSim:
             alloc, final = sum(r.blocks for r in self.running) * self.s.block_size, 0
         else:
             alloc = sum(r.reserve for r in self.running)
-            final = sum(r.prompt + r.output for r in self.running)
+            final = sum(r.prompt + r.output - 1 for r in self.running)  # the KV each ends holding
         ext, n = self.external(), len(self.running)
         for key, value in (("time", 1), ("running", n), ("tokens", tokens), ("allocated", alloc),
                            ("final", final), ("external", ext)):
@@ -251,7 +253,7 @@ class ReferenceSim:
             if req.rid not in work:
                 continue
             req.held = req.held_after(work[req.rid])
-            if req.held <= req.target:  # a prefill chunk that produced no token yet
+            if req.held < req.target:  # a prefill chunk that produced no token yet
                 continue
             req.generated += 1
             if req.generated == 1:

@@ -1,7 +1,16 @@
 """How long one scheduler step takes, in integer ticks.
 
 Without a GPU (`TimingConfig.gpu_name` is None) a tick is one step and every step takes 1 tick.
-With a GPU a tick is one picosecond and a step follows a roofline:
+With a GPU a tick is one picosecond. The default model is the physical one of
+kvplan/model/step_time.py, turned into integers once here:
+
+    step = overhead + per_request * requests + linear[tokens] + kv_per_token * kv_read
+           + attention_per_pair * pairs
+
+where linear[n] (the linear layers and all-reduces of a step of n tokens, a curve, not a
+constant) is tabulated for every n up to the token budget (and extended by its last slope
+beyond), and pairs is what the step's prefill chunks attend over. `timing: {model: roofline}`
+keeps the plain roofline of earlier releases:
 
     step = overhead + max(weights + kv_per_token * kv_read,  compute_per_token * tokens)
 
@@ -9,8 +18,8 @@ With a GPU a tick is one picosecond and a step follows a roofline:
 step (a decode reads its whole context once; a prefill chunk reads the chunks before it).
 `tokens` is the tokens the step processes (prefill chunks plus one per decoding request). Memory
 time is bytes / (HBM bandwidth x bandwidth_efficiency); compute time is flops_per_token x tokens
-/ (peak x flops_efficiency). The four constants are rounded to whole picoseconds once, here, and
-every later sum is integer arithmetic: a jump over many steps summed in closed form equals the
+/ (peak x flops_efficiency). The constants are rounded to whole picoseconds once, here, and every
+later sum is integer arithmetic: a jump over many steps summed in closed form equals the
 step-by-step sum exactly, so the fast engine and the reference agree to the last bit.
 """
 
@@ -34,9 +43,14 @@ class StepClock:
 
     timed: bool
     overhead: int = 0  # ticks added to every step
-    weights: int = 0  # ticks to read the weights once
+    weights: int = 0  # roofline: ticks to read the weights once
     kv_per_token: int = 0  # ticks to read one token's KV
-    compute_per_token: int = 0  # ticks of compute per processed token
+    compute_per_token: int = 0  # roofline: ticks of compute per processed token
+    physical: bool = False
+    per_request: int = 0  # physical: ticks per scheduled request
+    attention_per_pair: int = 0  # physical: ticks per prefill attention pair
+    linear: tuple[int, ...] = ()  # physical: ticks of the linear layers for 0, 1, ... tokens
+    linear_slope: int = 0  # physical: ticks per token beyond the table
 
     @property
     def ticks_per_unit(self) -> int:
@@ -47,10 +61,20 @@ class StepClock:
     def unit(self) -> str:
         return "s" if self.timed else "step"
 
-    def step_ticks(self, kv_read: int, tokens: int) -> int:
-        """Duration of one step that reads `kv_read` tokens of KV and processes `tokens` tokens."""
+    def linear_ticks(self, tokens: int) -> int:
+        last = len(self.linear) - 1
+        if tokens <= last:
+            return self.linear[tokens]
+        return self.linear[last] + (tokens - last) * self.linear_slope
+
+    def step_ticks(self, kv_read: int, tokens: int, requests: int = 0, pairs: int = 0) -> int:
+        """Duration of one step that reads `kv_read` tokens of KV and processes `tokens` tokens
+        for `requests` requests, its prefill chunks attending over `pairs` token pairs."""
         if not self.timed:
             return 1
+        if self.physical:
+            return (self.overhead + self.per_request * requests + self.linear_ticks(tokens)
+                    + self.kv_per_token * kv_read + self.attention_per_pair * pairs)
         memory = self.weights + self.kv_per_token * kv_read
         return self.overhead + max(memory, self.compute_per_token * tokens)
 
@@ -87,14 +111,20 @@ def _fraction(value: float, field: str) -> float:
     return float(value)
 
 
-def make_clock(timing: TimingConfig, pool: PoolSpec | None = None) -> StepClock:
-    """The clock for a workload: step units without a GPU, the roofline in picoseconds with one.
+TABLE_LIMIT = 1 << 16  # linear[] entries at most; beyond, the last slope (compute-bound by then)
 
-    Bandwidth and peak FLOP/s left at 0 are read from the GPU catalog by `gpu_name`; a KV size per
-    token left at 0 falls back to the pool's bytes per slot.
+
+def make_clock(timing: TimingConfig, pool: PoolSpec | None = None, token_budget: int = 8192) -> StepClock:
+    """The clock for a workload: step units without a GPU; with one the physical model (when the
+    workload names a model, `timing.step`) or the roofline, in picoseconds.
+
+    Roofline: bandwidth and peak FLOP/s left at 0 are read from the GPU catalog by `gpu_name`; a
+    KV size per token left at 0 falls back to the pool's bytes per slot.
     """
     if timing.gpu_name is None:
         return StepClock(timed=False)
+    if timing.step is not None and timing.model == "physical":
+        return _physical_clock(timing.step, token_budget)
     hbm, peak = timing.hbm_bytes_per_s, timing.peak_flops
     if not hbm or not peak:
         gpu = get_gpu(timing.gpu_name)
@@ -119,3 +149,14 @@ def make_clock(timing: TimingConfig, pool: PoolSpec | None = None) -> StepClock:
         kv_per_token=_ticks(kv_bytes / bandwidth),
         compute_per_token=_ticks(timing.flops_per_token / flops),
     )
+
+
+def _physical_clock(step, token_budget: int) -> StepClock:
+    """Integer ticks of the physical model (kvplan/model/step_time.py) for a token budget."""
+    size = max(2, min(token_budget, TABLE_LIMIT) + 1)
+    linear = tuple(_ticks(step.per_token_s(n)) for n in range(size))
+    slope = max(linear[-1] - linear[-2], 0)
+    overhead = max(_ticks(step.overhead_s), 1)  # a step takes at least one tick
+    return StepClock(timed=True, overhead=overhead, kv_per_token=_ticks(step.kv_read_s_per_token),
+                     physical=True, per_request=_ticks(step.per_request_s),
+                     attention_per_pair=_ticks(step.attention_s_per_pair), linear=linear, linear_slope=slope)

@@ -7,7 +7,7 @@ million Python objects at once; readers yield chunks lazily.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -74,6 +74,7 @@ class SchedulerConfig:
     chunked_prefill: bool = False
     preemption: str = "recompute"  # "recompute" | "swap"
     swap_slots: int = 0  # CPU pool for swap preemption, in token slots
+    null_block: bool = False  # keep block 0 out of use, as vLLM does (a workload file's default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,8 @@ class TimingConfig:
     bandwidth_efficiency: float = 0.8
     flops_efficiency: float = 0.5
     step_overhead_s: float = 0.0
+    model: str = "physical"  # "physical": kvplan/model/step_time.py; "roofline": the formula above
+    step: Any = field(default=None, compare=False, repr=False)  # the physical StepModel, with a model
 
 
 @dataclass(slots=True)

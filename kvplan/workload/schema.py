@@ -50,6 +50,7 @@ import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
+from kvplan.model.vllm_memory import default_batch
 from kvplan.workload.distributions import (
     AllAtOnce, Fixed, Lengths, Uniform, parse_arrival, parse_lengths, synthetic_requests,
 )  # fmt: skip
@@ -64,6 +65,7 @@ MAX_REQUESTS = 50_000_000
 MIN_EFFICIENCY = 0.01  # no GPU serves at under 1% of its bandwidth or peak; below it times stop being numbers
 MAX_SLOTS = 2**40
 DEFAULT_MAX_MODEL_LEN = 8192
+DEFAULT_BATCH = (8192, 256)  # (max_num_batched_tokens, max_num_seqs) without a GPU
 DEFAULT_SWAP_SPACE = 4 * 2**30
 TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "pool", "requests",
             "allocators", "scheduler", "timing", "prefix", "sampling")  # fmt: skip
@@ -83,7 +85,7 @@ def load_workload(path: str | Path, *, resolve_model: ResolveModel | None = None
     layout = model.get("layout")
     bytes_per_slot = layout.bytes_per_token if layout is not None else None
     pool = _pool(doc.get_map("pool"), model, bytes_per_slot)
-    scheduler = _scheduler(doc.get_map("scheduler", None), doc, layout, bytes_per_slot)
+    scheduler = _scheduler(doc.get_map("scheduler", None), doc, layout, bytes_per_slot, model.get("gpu"))
     mml = scheduler.max_model_len
     num_requests, make = _requests(doc.get_map("requests"), path, seed, mml)
     allocators = _allocators(doc, mml)
@@ -151,18 +153,24 @@ def _pool(node: YamlMap, model: dict, bytes_per_slot: int | None) -> PoolSpec:
     return PoolSpec(slots, bytes_per_slot, kv)
 
 
-def _scheduler(node: YamlMap | None, doc: YamlMap, layout, bytes_per_slot) -> SchedulerConfig:
+def _scheduler(node: YamlMap | None, doc: YamlMap, layout, bytes_per_slot, gpu=None) -> SchedulerConfig:
+    """vLLM V1's scheduler, with its defaults: chunked prefill on, the batch limits `vllm serve`
+    sets for the GPU (kvplan/model/vllm_memory.default_batch; 8,192 tokens and 256 sequences
+    without one), and the null block kept out of the pool."""
     if node is None:
         node = YamlMap({}, {}, "scheduler", doc.line, doc.file, doc.error_cls)
     node.expect_keys("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill",
-                     "preemption", "swap_space", "swap_slots")  # fmt: skip
+                     "preemption", "swap_space", "swap_slots", "null_block")  # fmt: skip
     limit = layout.max_context if layout is not None else None
     mml = node.get_int("max_model_len", limit or DEFAULT_MAX_MODEL_LEN, ge=1, le=2**31)
     if limit is not None and mml > limit:
         raise node.node("max_model_len").error(f"{mml} is above the model's context of {limit}")
-    chunked = node.get_bool("chunked_prefill", False)
-    seqs = node.get_int("max_num_seqs", 256, ge=1, le=2**20)
-    batched = node.get_int("max_num_batched_tokens", 8192 if chunked else max(8192, mml),
+    chunked = node.get_bool("chunked_prefill", True)
+    default_tokens, default_seqs = DEFAULT_BATCH
+    if gpu is not None:
+        default_tokens, default_seqs = default_batch(getattr(gpu, "name", ""), getattr(gpu, "cuda_memory_bytes", 0) or getattr(gpu, "memory_bytes", 0))
+    seqs = node.get_int("max_num_seqs", default_seqs, ge=1, le=2**20)
+    batched = node.get_int("max_num_batched_tokens", default_tokens if chunked else max(default_tokens, mml),
                            ge=1, le=2**31)  # fmt: skip
     if not chunked and batched < mml:
         raise node.node("max_num_batched_tokens").error(
@@ -172,7 +180,8 @@ def _scheduler(node: YamlMap | None, doc: YamlMap, layout, bytes_per_slot) -> Sc
         raise node.node("max_num_batched_tokens").error(f"{batched} is below max_num_seqs {seqs}")
     preemption = node.get_choice("preemption", ("recompute", "swap"), "recompute")
     return SchedulerConfig(seqs, batched, mml, chunked, preemption,
-                           _swap_slots(node, preemption, bytes_per_slot))  # fmt: skip
+                           _swap_slots(node, preemption, bytes_per_slot),
+                           node.get_bool("null_block", True))  # fmt: skip
 
 
 def _swap_slots(node: YamlMap, preemption: str, bytes_per_slot: int | None) -> int:
@@ -286,14 +295,29 @@ def _allocators(doc: YamlMap, mml: int) -> tuple[AllocatorSpec, ...]:
 
 
 def _timing(node: YamlMap | None, model: dict, gpu_name: str | None) -> TimingConfig:
-    values = {}
+    """The step-time model: "physical" (kvplan/model/step_time.py, its fitted constants unless the
+    file overrides them) or "roofline" (overhead + max(memory, compute), efficiencies 0.8 and 0.5
+    unless given)."""
+    values: dict = {}
+    step = model.get("step_model")
     if node is not None:
-        node.expect_keys("bandwidth_efficiency", "flops_efficiency", "step_overhead_ms")
-        values = {
-            "bandwidth_efficiency": node.get_float("bandwidth_efficiency", 0.8, ge=MIN_EFFICIENCY, le=1),
-            "flops_efficiency": node.get_float("flops_efficiency", 0.5, ge=MIN_EFFICIENCY, le=1),
-            "step_overhead_s": node.get_float("step_overhead_ms", 0.0, ge=0, le=1e6) / 1000,
-        }
+        node.expect_keys("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms")
+        kind = node.get_choice("model", ("physical", "roofline"), "physical")
+        given = {key: node.get_float(key, None, ge=MIN_EFFICIENCY, le=1) if key != "step_overhead_ms"
+                 else node.get_float(key, None, ge=0, le=1e6)
+                 for key in ("bandwidth_efficiency", "flops_efficiency", "step_overhead_ms") if key in node}
+        values = {"model": kind,
+                  "bandwidth_efficiency": given.get("bandwidth_efficiency", 0.8),
+                  "flops_efficiency": given.get("flops_efficiency", 0.5),
+                  "step_overhead_s": given.get("step_overhead_ms", 0.0) / 1000}
+        if step is not None and kind == "physical" and given:
+            c = step.constants
+            step = step.with_constants(replace(
+                c, bandwidth_efficiency=given.get("bandwidth_efficiency", c.bandwidth_efficiency),
+                gemm_efficiency=given.get("flops_efficiency", c.gemm_efficiency),
+                step_overhead_s=given["step_overhead_ms"] / 1000 if "step_overhead_ms" in given
+                else c.step_overhead_s))
+    values["step"] = step
     layout, gpu = model.get("layout"), model.get("gpu")
     if layout is not None:
         values.update(weight_bytes=int(model.get("weight_bytes") or 0),

@@ -1,0 +1,249 @@
+"""How long one serving step takes on one GPU of a tensor-parallel group: the physics, term by term.
+
+A step of vLLM runs every layer once over the tokens it schedules (a prefill chunk of many tokens,
+one token per decoding request). Its time is the sum of the kernels it runs one after another
+(the work is combined, not the larger of two separate estimates):
+
+    step = overhead + per_request x requests
+         + linear(n)                          the weight matrices, for n tokens
+         + kv_read x kv_per_token             decode attention reads every held token's KV
+         + pairs x attention_per_pair         prefill attention: chunk x context token pairs
+         + allreduce(n)                       tp > 1: two all-reduces per layer
+
+- linear(n): each GEMM is bound by reading its weights or by its FLOPs, whichever is slower:
+  max(bytes read / (HBM x BANDWIDTH_EFFICIENCY), 2 x params x n / (peak x gemm_efficiency(n))).
+  gemm_efficiency(n) = GEMM_EFFICIENCY x n / (n + GEMM_HALF_TOKENS): tensor cores fill as the
+  token dimension grows (small batches are memory-bound anyway; large prefills reach the ceiling).
+  Dense weights are read whole every step (the input embedding is a gather of n rows, so only the
+  lm_head's copy of the vocabulary matrix counts). MoE experts: n tokens choosing top_k of E
+  experts touch E x (1 - (1 - top_k / E)^n) distinct experts on average, and only those are read;
+  each gets n x top_k / that many tokens, which sets its GEMM efficiency. Quantized checkpoints
+  read their bytes as loaded (kvplan/model/weights.py); fp8 weights with fp8 activations (W8A8:
+  fp8 checkpoints, compressed-tensors float8 groups, vLLM's online fp8) run at the GPU's fp8 peak
+  where it has one; weight-only schemes (GPTQ, AWQ, MXFP4 on Hopper) compute in bf16.
+- The lm_head runs on one token per request: its FLOPs are part of the per-request term.
+- kv_per_token: the KV bytes of one held token on this GPU, at the KV dtype (fp8 KV halves it).
+- attention_per_pair: a prefill token attending to one earlier token costs 2 x heads x (qk head
+  dim + v head dim) FLOPs per attention layer (QK^T and PV), at the bf16 peak x
+  ATTENTION_EFFICIENCY. A chunk of c tokens after h held ones makes c x h + c (c + 1) / 2 pairs.
+- allreduce(n): 2 per layer, each ALLREDUCE_LATENCY_S + 2 (tp - 1) / tp x n x hidden x 2 B over
+  the GPU's link (NVLink on SXM parts, PCIe on L4/L40S/A10G) at LINK_EFFICIENCY of its figure.
+- overhead: STEP_OVERHEAD_S a step with CUDA graphs (scheduling, input preparation, sampling
+  launch), plus EAGER_OVERHEAD_PER_LAYER_S per layer with --enforce-eager (kernel launches);
+  per_request: REQUEST_OVERHEAD_S (sampling and output processing per scheduled request).
+
+Figures of the GPU (HBM bandwidth, dense bf16 and fp8 peaks, link bandwidth) are data-sheet
+values from kvplan/model/gpus.json. The constants in CAPITALS are the global ones fitted on the
+cited measurements of tests/data/step_time_measurements.yaml (bench/timing_fidelity.py: a third
+of them held out); none depends on a model or a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from kvplan.model.config import ConfigReader, ModelSpec
+from kvplan.model.gpus import GPU
+from kvplan.model.layout import KVLayout
+from kvplan.model.weights import WeightEstimate, moe_shape
+
+
+@dataclass(frozen=True, slots=True)
+class StepConstants:
+    """The fitted global constants (see the module docstring)."""
+
+    bandwidth_efficiency: float = 0.80
+    gemm_efficiency: float = 0.70
+    gemm_half_tokens: float = 96.0
+    attention_efficiency: float = 0.45
+    step_overhead_s: float = 2.0e-3
+    eager_overhead_per_layer_s: float = 60e-6
+    request_overhead_s: float = 15e-6
+    allreduce_latency_s: float = 12e-6
+    link_efficiency: float = 0.7
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+CONSTANTS = StepConstants()
+
+
+@dataclass(frozen=True, slots=True)
+class StepModel:
+    """The step-time model of one model on one GPU of a TP group; every size is per GPU."""
+
+    hbm_bytes_per_s: float
+    peak_flops: float  # for the linear layers: fp8 peak for W8A8 where the GPU has one
+    attention_flops: float  # bf16 peak, for attention
+    link_bytes_per_s: float
+    tp: int
+    dense_bytes: int  # weights read every step (all but routed experts and the input embedding)
+    dense_flops_per_token: float
+    expert_bytes: int  # all routed experts
+    expert_flops_per_token: float  # the top_k experts one token passes
+    num_experts: int
+    top_k: int
+    lm_head_flops_per_request: float
+    kv_bytes_per_token: int
+    attention_flops_per_pair: float
+    hidden: int
+    num_layers: int
+    enforce_eager: bool = False
+    constants: StepConstants = CONSTANTS
+
+    def with_constants(self, constants: StepConstants) -> "StepModel":
+        return replace(self, constants=constants)
+
+    # -- the terms, in seconds ---------------------------------------------------------------------
+
+    def gemm_efficiency(self, tokens: float) -> float:
+        c = self.constants
+        return c.gemm_efficiency * tokens / (tokens + c.gemm_half_tokens)
+
+    def _bandwidth(self) -> float:
+        return self.hbm_bytes_per_s * self.constants.bandwidth_efficiency
+
+    def active_experts(self, tokens: int) -> float:
+        """Expected distinct experts n tokens choosing top_k of E touch (per MoE layer)."""
+        if not self.num_experts or tokens <= 0:
+            return 0.0
+        return self.num_experts * -math.expm1(tokens * math.log1p(-self.top_k / self.num_experts)) \
+            if self.top_k < self.num_experts else float(self.num_experts)
+
+    def linear_parts(self, tokens: int) -> dict:
+        """Seconds of the dense and expert GEMMs for `tokens` tokens, each as (memory, compute)."""
+        bw = self._bandwidth()
+        parts = {"dense": (self.dense_bytes / bw,
+                           self.dense_flops_per_token * tokens / (self.peak_flops * self.gemm_efficiency(tokens)))}
+        if self.num_experts and tokens > 0:
+            active = self.active_experts(tokens)
+            per_expert = tokens * self.top_k / active
+            parts["experts"] = (self.expert_bytes * active / self.num_experts / bw,
+                                self.expert_flops_per_token * tokens
+                                / (self.peak_flops * self.gemm_efficiency(per_expert)))
+        return parts
+
+    def linear_s(self, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        return sum(max(mem, comp) for mem, comp in self.linear_parts(tokens).values())
+
+    def allreduce_s(self, tokens: int) -> float:
+        if self.tp <= 1 or tokens <= 0:
+            return 0.0
+        c = self.constants
+        data = 2 * (self.tp - 1) / self.tp * tokens * self.hidden * 2
+        return 2 * self.num_layers * (c.allreduce_latency_s + data / (self.link_bytes_per_s * c.link_efficiency))
+
+    def per_token_s(self, tokens: int) -> float:
+        """What the kernel tabulates: linear layers and all-reduces of a step of `tokens` tokens."""
+        return self.linear_s(tokens) + self.allreduce_s(tokens)
+
+    @property
+    def overhead_s(self) -> float:
+        c = self.constants
+        return c.step_overhead_s + (c.eager_overhead_per_layer_s * self.num_layers if self.enforce_eager else 0.0)
+
+    @property
+    def per_request_s(self) -> float:
+        c = self.constants
+        return c.request_overhead_s + self.lm_head_flops_per_request / (self.peak_flops * c.gemm_efficiency)
+
+    @property
+    def kv_read_s_per_token(self) -> float:
+        return self.kv_bytes_per_token / self._bandwidth()
+
+    @property
+    def attention_s_per_pair(self) -> float:
+        return self.attention_flops_per_pair / (self.attention_flops * self.constants.attention_efficiency)
+
+    def step_s(self, *, tokens: int, requests: int, kv_read: int, pairs: int) -> float:
+        return (self.overhead_s + self.per_request_s * requests + self.per_token_s(tokens)
+                + self.kv_read_s_per_token * kv_read + self.attention_s_per_pair * pairs)
+
+    def breakdown(self, *, tokens: int, requests: int, kv_read: int, pairs: int) -> dict:
+        """One step's seconds by term (what `kvplan step` prints)."""
+        parts = self.linear_parts(tokens) if tokens > 0 else {}
+        weights_read = sum(mem for mem, _ in parts.values())
+        gemm = sum(max(m, c) for m, c in parts.values())
+        out = {
+            "overhead": self.overhead_s + self.constants.request_overhead_s * requests,
+            "linear": gemm,
+            "linear_weights_read": weights_read,
+            "linear_flops": sum(c for _, c in parts.values()),
+            "lm_head": self.lm_head_flops_per_request * requests / (self.peak_flops * self.constants.gemm_efficiency),
+            "kv_read": self.kv_read_s_per_token * kv_read,
+            "attention": self.attention_s_per_pair * pairs,
+            "communication": self.allreduce_s(tokens),
+        }
+        out["total"] = self.step_s(tokens=tokens, requests=requests, kv_read=kv_read, pairs=pairs)
+        return out
+
+
+def prefill_pairs(chunk: int, held: int) -> int:
+    """Token pairs a prefill chunk of `chunk` tokens after `held` computed ones attends over."""
+    return chunk * held + chunk * (chunk + 1) // 2
+
+
+def fp8_compute(raw: dict, scheme_name: str) -> bool:
+    """Whether the linear layers run fp8 x fp8 (W8A8) rather than dequantizing to bf16."""
+    name = scheme_name.lower()
+    if name.startswith("fp8") or name == "modelopt fp8":
+        return True
+    if name != "compressed-tensors":
+        return False
+    groups = (raw.get("quantization_config") or {}).get("config_groups") or {}
+    for group in groups.values() if isinstance(groups, dict) else ():
+        acts = group.get("input_activations") if isinstance(group, dict) else None
+        if isinstance(acts, dict) and acts.get("num_bits") == 8 and acts.get("type") == "float":
+            return True
+    return False
+
+
+def _pair_dims(spec: ModelSpec, layer) -> int:
+    """qk head dim + v head dim of one attention layer (MLA prefill runs in its expanded form)."""
+    if layer.kind == "mla":
+        cfg = ConfigReader(spec.raw, spec.source)
+        return cfg.int("qk_nope_head_dim") + cfg.int("qk_rope_head_dim") + cfg.int("v_head_dim")
+    return layer.head_dim + (layer.v_head_dim or layer.head_dim)
+
+
+def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: GPU, tp: int = 1, *,
+               enforce_eager: bool = False, constants: StepConstants = CONSTANTS) -> StepModel:
+    """The step-time model of `spec` on `gpu`, one of `tp` ranks (see the module docstring)."""
+    parts = {kind: (params, size) for kind, params, size in weights.components}
+    experts_params, experts_bytes = parts.get("experts", (0, 0))
+    embed_params, embed_bytes = parts.get("embeddings", (0, 0))
+    lm_head_params = spec.vocab_size * spec.hidden_size
+    lm_head_bytes = embed_bytes // (1 if spec.tie_embeddings else 2)
+    per_gpu = weights.bytes_per_gpu(tp)
+    dense_bytes = per_gpu - -(-experts_bytes // tp) - -(-embed_bytes // tp) + -(-lm_head_bytes // tp)
+    active_expert_params = weights.active_params - (weights.params - experts_params)
+    dense_active = weights.active_params - active_expert_params - embed_params
+    num_experts, top_k = moe_shape(spec)
+    fp8 = fp8_compute(spec.raw, weights.scheme) and gpu.peak_fp8_flops > 0
+    heads_per_gpu = max(spec.num_heads // tp, 1)
+    pair_flops = sum(2 * heads_per_gpu * _pair_dims(spec, layer)
+                     for layer in spec.layers if layer.kind in ("full", "sliding", "mla"))
+    return StepModel(
+        hbm_bytes_per_s=gpu.hbm_bytes_per_s,
+        peak_flops=gpu.peak_fp8_flops if fp8 else gpu.peak_bf16_flops,
+        attention_flops=gpu.peak_bf16_flops,
+        link_bytes_per_s=gpu.link_bytes_per_s or 32e9,
+        tp=tp,
+        dense_bytes=max(dense_bytes, 0),
+        dense_flops_per_token=2.0 * max(dense_active, 0) / tp,
+        expert_bytes=-(-experts_bytes // tp),
+        expert_flops_per_token=2.0 * active_expert_params / tp,
+        num_experts=num_experts if experts_params else 0,
+        top_k=top_k,
+        lm_head_flops_per_request=2.0 * lm_head_params / tp,
+        kv_bytes_per_token=layout.bytes_per_token,
+        attention_flops_per_pair=float(pair_flops),
+        hidden=spec.hidden_size,
+        num_layers=len(spec.layers),
+        enforce_eager=enforce_eager,
+        constants=constants,
+    )
