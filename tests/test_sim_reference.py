@@ -195,3 +195,32 @@ def test_an_empty_workload_gives_an_empty_result(engine):
     """Breaks if zero requests crash the metrics."""
     result = ENGINES[engine](make_workload([], 64), PAGED4)
     assert result.completed == 0 and result.ttft.mean is None and result.makespan == 0.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_admission_takes_ceil_prompt_over_b_blocks(engine):
+    """vLLM's allocate_slots: an 8-token prompt takes ceil(8 / 4) = 2 blocks at admission (the
+    sampled token's KV is computed, and its block taken, by the next step), so a pool of 4 blocks
+    admits two such requests at once; counting the sampled token (ceil(9 / 4) = 3 each) would
+    admit one. With output 1 both end in that step: 16 tokens in 16 slots."""
+    result = ENGINES[engine](make_workload([(0, 8, 1), (0, 8, 1)], 16, max_model_len=9), PAGED4,
+                             record_requests=True)
+    assert records(result)["admitted"] == [0.0, 0.0]
+    assert (result.completed, result.steps, result.preemptions) == (2, 1, 0)
+    assert result.breakdown["token_states"] == 1.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_null_block_is_kept_out_of_the_pool(engine):
+    """With vLLM's null block a 5-block pool hands out 4: two requests of 8 tokens (2 blocks each)
+    run together, a third waits; without it, all three would not fit either (6 blocks), but the
+    pool's 5th block would count as free rather than external."""
+    from dataclasses import replace as dc_replace
+
+    wl = make_workload([(0, 8, 1), (0, 8, 1), (0, 8, 1)], 20, max_model_len=9)
+    with_null = dc_replace(wl, scheduler=dc_replace(wl.scheduler, null_block=True))
+    result = ENGINES[engine](with_null, PAGED4, record_requests=True)
+    assert records(result)["admitted"] == [0.0, 0.0, 1.0]
+    # step 0: 16 tokens held in 4 blocks, the null block's 4 slots external; step 1: 8 tokens
+    assert result.breakdown == {"token_states": 24 / 40, "reserved": 0.0, "internal": 0.0,
+                                "external": 8 / 40, "free": 8 / 40}

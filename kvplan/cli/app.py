@@ -14,6 +14,7 @@ from kvplan.cli.catalog import gpus, models
 from kvplan.cli.check import check
 from kvplan.cli.simulate import simulate
 from kvplan.cli.size import size
+from kvplan.cli.step import step
 from kvplan.cli.validate import validate
 
 app = typer.Typer(
@@ -24,5 +25,5 @@ app = typer.Typer(
     help="Capacity planning and simulation for the KV cache of LLM serving.",
 )
 
-for command in (size, simulate, validate, models, gpus, check):
+for command in (size, step, simulate, validate, models, gpus, check):
     app.command()(command)

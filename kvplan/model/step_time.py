@@ -31,6 +31,10 @@ one token per decoding request). Its time is the sum of the kernels it runs one 
 - overhead: STEP_OVERHEAD_S a step with CUDA graphs (scheduling, input preparation, sampling
   launch), plus EAGER_OVERHEAD_PER_LAYER_S per layer with --enforce-eager (kernel launches);
   per_request: REQUEST_OVERHEAD_S (sampling and output processing per scheduled request).
+- Weight-only quantized GEMMs (GPTQ, AWQ, MXFP4 and NVFP4 where the GPU has no fp4 units)
+  dequantize in their inner loop: their compute runs at WEIGHT_ONLY_GEMM x the bf16 efficiency.
+- FRONTEND_LATENCY_S: what a client measures on top of the engine's TTFT and E2E (HTTP,
+  tokenization, the first streamed response); it adds to latencies, not to steps.
 
 Figures of the GPU (HBM bandwidth, dense bf16 and fp8 peaks, link bandwidth) are data-sheet
 values from kvplan/model/gpus.json. The constants in CAPITALS are the global ones fitted on the
@@ -54,20 +58,27 @@ class StepConstants:
     """The fitted global constants (see the module docstring)."""
 
     bandwidth_efficiency: float = 0.80
-    gemm_efficiency: float = 0.70
+    gemm_efficiency: float = 0.60
     gemm_half_tokens: float = 96.0
     attention_efficiency: float = 0.45
-    step_overhead_s: float = 2.0e-3
+    step_overhead_s: float = 3.0e-3
     eager_overhead_per_layer_s: float = 60e-6
     request_overhead_s: float = 15e-6
     allreduce_latency_s: float = 12e-6
-    link_efficiency: float = 0.7
+    link_efficiency: float = 0.85
+    weight_only_gemm: float = 0.35  # weight-only quantized GEMMs (GPTQ/AWQ/MXFP4...): share of bf16's efficiency
+    frontend_latency_s: float = 40e-3  # the API server's share of TTFT and E2E (not a GPU step)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 CONSTANTS = StepConstants()
+# CPU-side overheads (per step and per request) of other serving engines relative to vLLM's,
+# for comparing with their published measurements (bench/timing_fidelity.py): a C++ runtime
+# (TensorRT-LLM) schedules and samples with less host time than Python ones. kvplan simulates
+# vLLM, whose factor is 1.
+ENGINE_OVERHEAD_FACTOR = {"vllm": 1.0, "sglang": 0.8, "tensorrt-llm": 0.25, "other": 0.75}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +102,7 @@ class StepModel:
     hidden: int
     num_layers: int
     enforce_eager: bool = False
+    weight_only: bool = False  # weight-only quantized linear layers (dequantized in the GEMM)
     constants: StepConstants = CONSTANTS
 
     def with_constants(self, constants: StepConstants) -> "StepModel":
@@ -100,7 +112,8 @@ class StepModel:
 
     def gemm_efficiency(self, tokens: float) -> float:
         c = self.constants
-        return c.gemm_efficiency * tokens / (tokens + c.gemm_half_tokens)
+        ceiling = c.gemm_efficiency * (c.weight_only_gemm if self.weight_only else 1.0)
+        return ceiling * tokens / (tokens + c.gemm_half_tokens)
 
     def _bandwidth(self) -> float:
         return self.hbm_bytes_per_s * self.constants.bandwidth_efficiency
@@ -224,6 +237,7 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
     dense_active = weights.active_params - active_expert_params - embed_params
     num_experts, top_k = moe_shape(spec)
     fp8 = fp8_compute(spec.raw, weights.scheme) and gpu.peak_fp8_flops > 0
+    weight_only = weights.scheme != "none" and not fp8  # dequantized in the GEMM (fp8 too, without fp8 units)
     heads_per_gpu = max(spec.num_heads // tp, 1)
     pair_flops = sum(2 * heads_per_gpu * _pair_dims(spec, layer)
                      for layer in spec.layers if layer.kind in ("full", "sliding", "mla"))
@@ -245,5 +259,25 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
         hidden=spec.hidden_size,
         num_layers=len(spec.layers),
         enforce_eager=enforce_eager,
+        weight_only=weight_only,
         constants=constants,
     )
+
+
+def step_report(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: GPU, *, tp: int = 1,
+                batch: int = 64, context: int = 4096, chunk: int = 8192, enforce_eager: bool = False) -> dict:
+    """What `kvplan step` prints: one decode step of `batch` requests at `context` tokens each,
+    and one prefill chunk of `chunk` tokens starting at token 0, each broken into its terms,
+    with the tokens/s they imply."""
+    model = step_model(spec, layout, weights, gpu, tp, enforce_eager=enforce_eager)
+    decode = model.breakdown(tokens=batch, requests=batch, kv_read=batch * context, pairs=0)
+    prefill = model.breakdown(tokens=chunk, requests=1, kv_read=0, pairs=prefill_pairs(chunk, 0))
+    return {
+        "model": spec.name, "gpu": gpu.name, "tp": tp, "batch": batch, "context": context, "chunk": chunk,
+        "enforce_eager": enforce_eager, "kv_dtype": layout.kv_dtype, "weights_scheme": weights.scheme,
+        "fp8_compute": model.peak_flops == gpu.peak_fp8_flops and gpu.peak_fp8_flops > 0,
+        "decode_s": decode, "decode_tokens_per_s": batch / decode["total"],
+        "decode_itl_s": decode["total"],
+        "prefill_s": prefill, "prefill_tokens_per_s": chunk / prefill["total"],
+        "constants": model.constants.to_dict(),
+    }

@@ -187,10 +187,12 @@ def breakdown_integrals(raw: RawRun, setup: SimSetup) -> dict[str, int]:
     return dict(zip(BREAKDOWN_KEYS, parts))
 
 
-def _latencies(raw: RawRun, per_unit: int) -> dict[str, Stats]:
+def _latencies(raw: RawRun, per_unit: int, frontend: int = 0) -> dict[str, Stats]:
+    """Latencies as a client measures them: `frontend` ticks (the API server's request and
+    first-response handling, outside the GPU's steps) are added to TTFT and E2E."""
     arrival, out = raw.arrival, raw.output
-    e2e = (raw.finish - arrival) / per_unit
-    ttft = (raw.first_token - arrival) / per_unit
+    e2e = (raw.finish - arrival + frontend) / per_unit
+    ttft = (raw.first_token - arrival + frontend) / per_unit
     many = out > 1
     tpot = ((raw.finish - raw.first_token)[many] / per_unit) / (out[many] - 1)
     return {
@@ -247,7 +249,7 @@ def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False)
         makespan=makespan,
         throughput_rps=raw.finish.size / makespan if span else 0.0,
         throughput_tps=int(raw.output.sum()) / makespan if span else 0.0,
-        **_latencies(raw, per_unit),
+        **_latencies(raw, per_unit, setup.clock.frontend),
         peak_running=raw.peak_running,
         mean_running=raw.integrals["running"] / span if span else 0.0,
         preemptions=raw.preemptions_total, swap_outs=raw.swap_outs,

@@ -1,0 +1,39 @@
+"""`kvplan step MODEL --gpu G`: the time of one decode step and one prefill chunk, term by term."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from kvplan.cli.options import JsonOpt, KvDtypeOpt, TpOpt
+
+
+def step(
+    model: Annotated[str, typer.Argument(help="Model id (catalog, HF cache or hub) or path to a config.json.")],
+    gpu: Annotated[str, typer.Option(help="GPU from the catalog (see `kvplan gpus`).")] = "H100-80GB",
+    tp: TpOpt = 1,
+    batch: Annotated[int, typer.Option(help="Decoding requests in the step.")] = 64,
+    context: Annotated[int, typer.Option(help="Tokens each decoding request holds.")] = 4096,
+    chunk: Annotated[int, typer.Option(help="Tokens of the prefill chunk (vLLM's max_num_batched_tokens).")] = 8192,
+    kv_dtype: KvDtypeOpt = "auto",
+    quantization: Annotated[Optional[str], typer.Option(help="vLLM's online quantization of a bf16 checkpoint: fp8.")] = None,
+    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """The step-time model shown: one decode step and one prefill chunk, term by term.
+
+    Example: kvplan step meta-llama/Llama-3.1-8B-Instruct --gpu H100-80GB --tp 2 --batch 64 --context 4096
+    """
+    from kvplan.model.step import step_of
+
+    report = step_of(model, gpu=gpu, tp=tp, batch=batch, context=context, chunk=chunk, kv_dtype=kv_dtype,
+                     quantization=quantization, enforce_eager=enforce_eager)
+    if json:
+        from kvplan.report.output import emit_json
+
+        emit_json(report)
+    else:
+        from kvplan.report.step_view import render_step
+
+        render_step(report)

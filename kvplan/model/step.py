@@ -1,0 +1,26 @@
+"""`kvplan step` as one library call: resolve the model and GPU, check the options, report."""
+
+from __future__ import annotations
+
+from kvplan.errors import UsageError
+from kvplan.model.build import build_layout
+from kvplan.model.gpus import get_gpu
+from kvplan.model.resolve import load_spec
+from kvplan.model.step_time import step_report
+from kvplan.model.weights import estimate_weights
+
+LIMIT = 2**31
+
+
+def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64, context: int = 4096,
+            chunk: int = 8192, kv_dtype: str = "auto", quantization: str | None = None,
+            enforce_eager: bool = False) -> dict:
+    for name, value in (("--batch", batch), ("--context", context), ("--chunk", chunk)):
+        if not 1 <= value <= LIMIT:
+            raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=name)
+    gpu_spec = get_gpu(gpu)
+    spec = load_spec(model)
+    layout = build_layout(spec, kv_dtype, tp)
+    weights = estimate_weights(spec, quantization)
+    return step_report(spec, layout, weights, gpu_spec, tp=tp, batch=batch, context=context, chunk=chunk,
+                       enforce_eager=enforce_eager)

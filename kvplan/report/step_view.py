@@ -1,0 +1,38 @@
+"""`kvplan step` as tables: one decode step and one prefill chunk, term by term."""
+
+from __future__ import annotations
+
+from kvplan.report.output import console
+
+TERMS = (
+    ("overhead", "overhead (step, per request)"),
+    ("linear", "linear layers"),
+    ("linear_weights_read", "  weights read (memory bound)"),
+    ("linear_flops", "  GEMM FLOPs (compute bound)"),
+    ("lm_head", "lm_head (one token per request)"),
+    ("kv_read", "KV read (decode attention)"),
+    ("attention", "attention FLOPs (prefill)"),
+    ("communication", "all-reduces (tp > 1)"),
+    ("total", "step"),
+)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.3f} ms"
+
+
+def render_step(r: dict) -> None:
+    from rich.table import Table
+
+    out = console()
+    table = Table(title=f"Step time of {r['model']} on {r['gpu']} (tp={r['tp']})", title_justify="left")
+    table.add_column("term")
+    table.add_column(f"decode: {r['batch']} x {r['context']:,} tokens", justify="right")
+    table.add_column(f"prefill: {r['chunk']:,}-token chunk", justify="right")
+    for key, label in TERMS:
+        table.add_row(label, _ms(r["decode_s"][key]), _ms(r["prefill_s"][key]))
+    table.add_row("tokens/s", f"{r['decode_tokens_per_s']:,.0f}", f"{r['prefill_tokens_per_s']:,.0f}")
+    out.print(table)
+    out.print(f"[dim]the larger of weights read and GEMM FLOPs counts for each GEMM; weights "
+              f"{r['weights_scheme']}{', fp8 compute' if r['fp8_compute'] else ''}, KV {r['kv_dtype']}"
+              f"{', eager' if r['enforce_eager'] else ', CUDA graphs'}; model: kvplan/model/step_time.py[/dim]")

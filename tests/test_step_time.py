@@ -1,0 +1,168 @@
+"""The step-time model (kvplan/model/step_time.py), its clock in the engine, and `kvplan step`.
+
+Numbers pinned here are derived by hand from the formulas of the module docstring; the fidelity
+against published measurements is bench/timing_fidelity.py (a loose guard of it closes this file).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvplan.model.build import build_layout
+from kvplan.model.gpus import get_gpu
+from kvplan.model.resolve import load_spec
+from kvplan.model.step_time import StepConstants, StepModel, prefill_pairs, step_model
+from kvplan.model.weights import estimate_weights
+
+UNIT = StepConstants(bandwidth_efficiency=1.0, gemm_efficiency=1.0, gemm_half_tokens=0.0, attention_efficiency=1.0,
+                     step_overhead_s=1e-3, eager_overhead_per_layer_s=1e-4, request_overhead_s=1e-5,
+                     allreduce_latency_s=1e-5, link_efficiency=1.0, weight_only_gemm=0.5, frontend_latency_s=0.0)
+
+
+def toy(**kw) -> StepModel:
+    base = dict(hbm_bytes_per_s=1e12, peak_flops=1e14, attention_flops=1e14, link_bytes_per_s=1e11, tp=1,
+                dense_bytes=10**9, dense_flops_per_token=1e10, expert_bytes=0, expert_flops_per_token=0.0,
+                num_experts=0, top_k=0, lm_head_flops_per_request=1e8, kv_bytes_per_token=10**5,
+                attention_flops_per_pair=1e6, hidden=4096, num_layers=10, constants=UNIT)
+    return StepModel(**{**base, **kw})
+
+
+def test_a_decode_step_is_the_sum_of_its_terms():
+    """Batch 4 at 1,000 tokens each: overhead 1 ms + 4 x (10 us + lm_head 1e8 / 1e14 = 1 us);
+    weights 1e9 B / 1e12 B/s = 1 ms against 4 x 1e10 / 1e14 = 0.4 ms of FLOPs: 1 ms; KV 4,000 x
+    1e5 B / 1e12 = 0.4 ms. Total 1 + 0.044 + 1 + 0.4 = 2.444 ms."""
+    m = toy()
+    assert m.step_s(tokens=4, requests=4, kv_read=4000, pairs=0) == pytest.approx(2.444e-3)
+
+
+def test_a_prefill_chunk_is_compute_bound_and_adds_attention_pairs():
+    """A chunk of 1,000 tokens from 0: FLOPs 1,000 x 1e10 / 1e14 = 0.1 s over the 1 ms weight
+    read; pairs 1,000 x 1,001 / 2 = 500,500 x 1e6 / 1e14 = 5.005 ms; 1 ms + 11 us overheads."""
+    m = toy()
+    assert prefill_pairs(1000, 0) == 500_500 and prefill_pairs(10, 5) == 10 * 5 + 55
+    assert m.step_s(tokens=1000, requests=1, kv_read=0, pairs=500_500) == pytest.approx(
+        1e-3 + 11e-6 + 0.1 + 5.005e-3)
+
+
+def test_a_mixed_step_costs_its_combined_work_not_the_larger_part():
+    m = toy()
+    decode = m.step_s(tokens=8, requests=8, kv_read=8000, pairs=0) - m.overhead_s
+    chunk = m.step_s(tokens=500, requests=1, kv_read=0, pairs=prefill_pairs(500, 0)) - m.overhead_s
+    mixed = m.step_s(tokens=508, requests=9, kv_read=8000, pairs=prefill_pairs(500, 0)) - m.overhead_s
+    assert max(decode, chunk) < mixed <= decode + chunk + 1e-12
+
+
+def test_gemm_efficiency_grows_with_the_tokens_of_a_step():
+    m = toy(constants=StepConstants(gemm_efficiency=0.6, gemm_half_tokens=100.0))
+    assert m.gemm_efficiency(100) == pytest.approx(0.3) and m.gemm_efficiency(900) == pytest.approx(0.54)
+    assert toy(weight_only=True, constants=StepConstants(gemm_efficiency=0.6, gemm_half_tokens=100.0,
+                                                         weight_only_gemm=0.5)).gemm_efficiency(100) == pytest.approx(0.15)
+
+
+def test_moe_reads_only_the_experts_its_tokens_touch():
+    """E = 8, top 2: one token touches 2 experts, two tokens 8 x (1 - (6/8)^2) = 3.5, many all 8."""
+    m = toy(num_experts=8, top_k=2, expert_bytes=8 * 10**8, expert_flops_per_token=1e9)
+    assert m.active_experts(1) == pytest.approx(2.0)
+    assert m.active_experts(2) == pytest.approx(3.5)
+    assert m.active_experts(10_000) == pytest.approx(8.0)
+    mem, _ = m.linear_parts(1)["experts"]
+    assert mem == pytest.approx(2 * 10**8 / 1e12)  # 2 of 8 experts' bytes at 1 TB/s
+
+
+def test_tensor_parallel_adds_two_allreduces_a_layer():
+    """tp 4, 10 layers, 100 tokens of hidden 4,096: each all-reduce 10 us + 2 x 3/4 x 100 x 4,096 x
+    2 B / 1e11 B/s = 10 us + 12.288 us; 20 of them: 445.76 us."""
+    assert toy(tp=4).allreduce_s(100) == pytest.approx(20 * (10e-6 + 1.5 * 100 * 4096 * 2 / 1e11))
+    assert toy(tp=1).allreduce_s(100) == 0.0
+
+
+def test_eager_mode_pays_launches_per_layer():
+    assert toy(enforce_eager=True).overhead_s == pytest.approx(1e-3 + 10 * 1e-4)
+
+
+def test_real_models_quantization_and_kv_dtype():
+    spec = load_spec("meta-llama/Llama-3.1-8B-Instruct")
+    h100, a100 = get_gpu("H100-80GB"), get_gpu("A100-80GB")
+    bf16 = step_model(spec, build_layout(spec), estimate_weights(spec), h100)
+    fp8 = step_model(spec, build_layout(spec), estimate_weights(spec, "fp8"), h100)
+    kv8 = step_model(spec, build_layout(spec, "fp8"), estimate_weights(spec), h100)
+    assert bf16.peak_flops == h100.peak_bf16_flops and fp8.peak_flops == h100.peak_fp8_flops
+    assert fp8.dense_bytes < 0.6 * bf16.dense_bytes  # fp8 linear layers read half the bytes
+    assert kv8.kv_read_s_per_token == pytest.approx(bf16.kv_read_s_per_token / 2)
+    ampere = step_model(spec, build_layout(spec), estimate_weights(spec, "fp8"), a100)
+    assert ampere.peak_flops == a100.peak_bf16_flops  # no fp8 tensor cores: weight-only fp8
+    assert ampere.weight_only and not fp8.weight_only
+    # the untied input embedding is a gather: only the lm_head's 128,256 x 4,096 x 2 B is read
+    total = estimate_weights(spec).bytes
+    assert bf16.dense_bytes == total - 128_256 * 4096 * 2
+
+
+def test_moe_model_counts_experts_apart():
+    spec = load_spec("mistralai/Mixtral-8x7B-v0.1")
+    m = step_model(spec, build_layout(spec), estimate_weights(spec), get_gpu("H100-80GB"))
+    assert (m.num_experts, m.top_k) == (8, 2)
+    assert m.expert_flops_per_token == pytest.approx(2 * 32 * 2 * 3 * 4096 * 14336)
+
+
+def test_the_engine_clock_tabulates_the_model_in_picoseconds():
+    from kvplan.sim.timing import _physical_clock
+
+    m = toy(tp=2)
+    clock = _physical_clock(m, 64)
+    for tokens, reqs, kv, pairs in ((1, 1, 100, 0), (64, 3, 5000, 2000), (200, 1, 0, prefill_pairs(200, 0))):
+        assert clock.step_ticks(kv, tokens, reqs, pairs) * 1e-12 == pytest.approx(
+            m.step_s(tokens=tokens, requests=reqs, kv_read=kv, pairs=pairs), rel=1e-4)
+
+
+def test_kvplan_step_json(run_cli):
+    code, stdout, _ = run_cli("step", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-80GB", "--tp", "2",
+                              "--batch", "64", "--context", "4096", "--json")
+    out = json.loads(stdout)
+    assert code == 0 and out["tp"] == 2 and out["batch"] == 64
+    parts = out["decode_s"]
+    assert parts["total"] == pytest.approx(sum(parts[k] for k in ("overhead", "linear", "lm_head", "kv_read",
+                                                                  "attention", "communication")))
+    assert out["decode_tokens_per_s"] == pytest.approx(64 / parts["total"])
+
+
+@pytest.mark.parametrize("args", [["--batch", "0"], ["--gpu", "nope"], ["--tp", "3"], ["--context", "-5"]])
+def test_kvplan_step_refuses_bad_options_in_one_line(args, run_cli):
+    code, _, err = run_cli("step", "meta-llama/Llama-3.1-8B-Instruct", *args)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+
+
+CORPUS = Path(__file__).resolve().parent / "data" / "step_time_measurements.yaml"
+
+
+def test_the_measurement_corpus_is_cited_and_varied():
+    entries = yaml.safe_load(CORPUS.read_text(encoding="utf-8"))["measurements"]
+    assert len(entries) >= 30 and len({e["id"] for e in entries}) == len(entries)
+    for e in entries:
+        assert e["source"].startswith("https://") and e["quote"], e["id"]
+        assert e["kind"] in ("offline_throughput", "latency", "online")
+    gpus = " ".join(str(e["gpu"]) for e in entries)
+    assert all(g in gpus for g in ("A100", "H100", "H200", "L40S"))
+    assert {e["tp"] for e in entries} >= {1, 2, 4, 8}
+
+
+def test_held_out_throughput_stays_near_the_fitted_level():
+    """A guard, not the target: bench/timing_fidelity.py measured a held-out median |error| of
+    throughput of 10.5% with the constants as fitted; a change that makes it worse than 15%
+    (or the fitted part worse than 18%) fails here."""
+    import importlib.util
+    import statistics
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "timing_fidelity.py"
+    spec = importlib.util.spec_from_file_location("timing_fidelity", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    entries = list(enumerate(yaml.safe_load(CORPUS.read_text(encoding="utf-8"))["measurements"]))
+    errs = bench.evaluate(entries, verbose=False, all_parts=True)
+    held = statistics.median(abs(x) for x in errs["held out"]["throughput"])
+    fitted = statistics.median(abs(x) for x in errs["fitted"]["throughput"])
+    assert held < 0.15 and fitted < 0.18 and math.isfinite(held)
