@@ -70,7 +70,7 @@ def test_gpus_lists_required(run_cli):
 
 @pytest.mark.parametrize("args, needle", [
     (["size", "nobody/no-such-model"], "HF_HUB_OFFLINE"),
-    (["size", "meta-llama/Llama-3-8B"], "closest catalog names: meta-llama/"),
+    (["size", "meta-llama/Llama-3-13B"], "closest catalog names: meta-llama/"),
     (["size", "meta-llama/Meta-Llama-3-8B", "--tokens", "-5"], "tokens"),
     (["size", "meta-llama/Meta-Llama-3-8B", "--tokens", "0"], "tokens"),
     (["size", "meta-llama/Meta-Llama-3-8B", "--kv-dtype", "fp7"], "--kv-dtype"),

@@ -121,7 +121,7 @@ def test_a_run_that_fails_late_writes_no_output_at_all(tmp_path, cli, monkeypatc
     """--csv is written, then --plot fails: neither file (nor a temporary) is left."""
     import kvplan.cli.serve
 
-    def broken_plot(results, path):
+    def broken_plot(results, path, workload=""):
         raise KvplanError("the chart could not be drawn", field="--plot")
 
     monkeypatch.setattr(kvplan.cli.serve, "plot_serve", broken_plot)

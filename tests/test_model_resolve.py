@@ -94,3 +94,42 @@ def test_catalog_is_not_a_hub_call(monkeypatch):
     monkeypatch.delitem(sys.modules, "huggingface_hub", raising=False)
     resolve("meta-llama/Meta-Llama-3-8B")
     assert "huggingface_hub" not in sys.modules
+
+
+@pytest.mark.parametrize("arg, catalog", [
+    ("meta-llama/Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-70B"),  # the hub's rename
+    ("Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-70B"),  # a bare name
+    ("CohereLabs/c4ai-command-r-v01", "CohereForAI/c4ai-command-r-v01"),  # a renamed org
+    ("neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8", "meta-llama/Llama-3.1-8B-Instruct"),  # another org's re-upload
+])
+def test_usual_variants_resolve_offline_with_a_note(arg, catalog, offline_cache):
+    from kvplan.model.resolve import load_spec
+
+    found = resolve(arg)
+    assert found.origin == "alias" and found.path.parent.name == catalog.split("/")[1]
+    assert catalog in load_spec(arg).dtype_note
+
+
+def test_a_quantized_reupload_gets_its_conventional_config(offline_cache):
+    """Qwen's -GPTQ-Int4 uploads carry bits 4, groups of 128: the 72B's linear layers at
+    4 + 16/128 bits, about 3.6x lighter than bf16."""
+    from kvplan.model.resolve import load_spec
+    from kvplan.model.weights import estimate_weights
+
+    quant = estimate_weights(load_spec("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4"))
+    plain = estimate_weights(load_spec("Qwen/Qwen2.5-72B-Instruct"))
+    assert quant.scheme == "gptq" and 3.0 < plain.bytes / quant.bytes < 4.0
+    assert "GPTQ 4-bit" in load_spec("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4").dtype_note
+
+
+def test_a_cached_repo_wins_over_an_alias(offline_cache):
+    """A user's own upload in the HF cache is read as it is, not as the catalog's look-alike."""
+    make_hf_cache(offline_cache, "meta-llama/Llama-3.1-70B", TINY)
+    assert resolve("meta-llama/Llama-3.1-70B").origin == "hf-cache"
+
+
+def test_suggestions_rank_the_same_family_and_size_first(offline_cache):
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve("meta-llama/Llama-3.1-13B-Instruct")
+    first = str(err.value).split("closest catalog names: ")[1].split(",")[0]
+    assert "13b" in first.lower() and "llama" in first.lower()

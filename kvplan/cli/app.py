@@ -12,6 +12,7 @@ import typer
 
 from kvplan.cli.catalog import gpus, models
 from kvplan.cli.check import check
+from kvplan.cli.examples import examples, schema
 from kvplan.cli.simulate import simulate
 from kvplan.cli.size import size
 from kvplan.cli.step import step
@@ -25,5 +26,30 @@ app = typer.Typer(
     help="Capacity planning and simulation for the KV cache of LLM serving.",
 )
 
-for command in (size, step, simulate, validate, models, gpus, check):
-    app.command()(command)
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from kvplan.model.vllm_memory import VLLM_RELEASE
+
+        try:
+            number = version("kvplan")
+        except PackageNotFoundError:  # a source tree that was never installed
+            number = "unknown (not installed)"
+        typer.echo(f"kvplan {number} (vLLM rules and defaults of release {VLLM_RELEASE})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print kvplan's version and exit.")) -> None:
+    """Capacity planning and simulation for the KV cache of LLM serving."""
+
+
+def _short_help(command) -> str:
+    """The first line of a command's docstring, whole (click would cut it at 45 characters)."""
+    return (command.__doc__ or "").strip().splitlines()[0]
+
+
+for command in (size, step, simulate, examples, schema, validate, models, gpus, check):
+    app.command(short_help=_short_help(command))(command)

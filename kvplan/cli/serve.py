@@ -26,7 +26,7 @@ def simulate_serve(wl: Workload, *, json: bool, plot: Path | None, csv: Path | N
     if csv is not None:
         files.append((csv, lambda tmp: write_requests_csv(results, tmp), "--csv"))
     if plot is not None:
-        files.append((plot, lambda tmp: plot_serve(results, tmp), "--plot"))
+        files.append((plot, lambda tmp: plot_serve(results, tmp, wl.name), "--plot"))
     write_outputs(files)
     if json:
         emit_json(doc)

@@ -16,7 +16,7 @@ from kvplan.errors import UsageError
 
 
 def simulate(
-    workload: Annotated[Path, typer.Argument(help="Workload YAML file (see workloads/SCHEMA.md).")],
+    workload: Annotated[Optional[str], typer.Argument(help="Workload YAML file (kvplan schema), or a bundled example's name (kvplan examples); leave it out to describe a serve run with --model and the flags below.")] = None,
     json: JsonOpt = False,
     block_sizes: Annotated[Optional[str], typer.Option(help="Paged block-size sweep: a list (1,2,4,16) or a range of powers of two (1-64).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a chart (.png or .svg; needs matplotlib).")] = None,
@@ -24,17 +24,46 @@ def simulate(
     rates: Annotated[Optional[str], typer.Option(help="Request-rate sweep, requests/s (serve experiments): 0.5,1,2,4.")] = None,
     latency_bound: Annotated[float, typer.Option(help="Normalized-latency bound (s/token) for the rate sweep.")] = 0.2,
     cache_blocks: Annotated[Optional[str], typer.Option(help="Prefix-cache sizes in blocks to sweep (prefix experiments): 1000,5000,20000.")] = None,
+    model: Annotated[Optional[str], typer.Option(help="Without a workload file: the model served (any kvplan size argument).")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="Without a workload file: the GPU (default H100-80GB).")] = None,
+    tp: Annotated[int, typer.Option(help="Without a workload file: tensor-parallel degree.")] = 1,
+    rate: Annotated[Optional[float], typer.Option(help="Without a workload file: Poisson arrivals, requests/s (default: all at once).")] = None,
+    prompt: Annotated[str, typer.Option(help="Without a workload file: prompt tokens of every request (1000, 2k).")] = "1000",
+    output: Annotated[str, typer.Option(help="Without a workload file: output tokens of every request.")] = "200",
+    count: Annotated[int, typer.Option(help="Without a workload file: requests.")] = 1000,
+    show_workload: Annotated[bool, typer.Option("--show-workload", help="Print the workload YAML a flag-only run uses (to stderr with --json).")] = False,
 ) -> None:
     """Replay a workload through contiguous and paged allocators and compare them.
 
     Example: kvplan simulate workloads/lesson.yaml --block-sizes 1-64 --plot sweep.png
+    Example: kvplan simulate --model meta-llama/Llama-3.1-8B-Instruct --gpu L40S --rate 10 --prompt 1000 --output 200
     """
     from kvplan.experiments import load
     from kvplan.fileio import note_input
 
-    note_input(workload)
     options = _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks)
-    wl = load(workload)
+    flags = {"--model": model, "--gpu": gpu, "--rate": rate}
+    if workload is not None:
+        given = [name for name, value in flags.items() if value is not None]
+        if given:
+            raise UsageError(f"describes a run without a workload file; {workload} already says what runs",
+                             field=given[0])
+        path = _workload_path(workload)
+        note_input(path)
+        wl = load(path)
+    elif model is None:
+        raise UsageError("give a workload file, a bundled example's name (kvplan examples), or --model with "
+                         "the flags of a serve run", field="workload")
+    else:
+        text = flag_workload(model, gpu or "H100-80GB", tp, rate, prompt, output, count)
+        if show_workload:
+            import sys
+
+            (sys.stderr if json else sys.stdout).write(text)
+        wl = _load_text(text)
+        workload = "the flags"
+    if show_workload and model is None:
+        raise UsageError("shows the workload of a flag-only run (with --model)", field="--show-workload")
     for option, value, allowed in (("--csv", csv, ("serve",)), ("--rates", rates, ("serve",)),
                                    ("--cache-blocks", cache_blocks, ("prefix",)),
                                    ("--block-sizes", block_sizes, ("capacity", "serve")),
@@ -51,6 +80,59 @@ def simulate(
         _simulate_document(wl, json, plot, options)
 
 
+def _workload_path(text: str) -> Path:
+    """A workload file, or the bundled example of that name when no such file exists."""
+    path = Path(text)
+    if not path.exists():
+        from kvplan.workload.examples import example_path
+
+        bundled = example_path(text)
+        if bundled is not None:
+            return bundled
+    return path
+
+
+def flag_workload(model: str, gpu: str, tp: int, rate: Optional[float], prompt: str, output: str,
+                  count: int) -> str:
+    """The workload YAML of a flag-only run: fixed lengths, Poisson or all-at-once arrivals, one paged
+    allocator (B = 16), the KV pool of vLLM's default utilization, vLLM's scheduler defaults."""
+    import json as json_module
+
+    from kvplan.model.vllm_memory import DEFAULT_UTILIZATION
+    from kvplan.units import parse_count
+
+    p = parse_count(prompt, field="--prompt", high=2**31)
+    o = parse_count(output, field="--output", high=2**31)
+    if not 1 <= count <= 50_000_000:
+        raise UsageError(f"expected 1 to 50,000,000 requests, got {count}", field="--count")
+    if rate is not None and not 1e-6 <= rate <= 1e9:
+        raise UsageError(f"expected a rate from 1e-6 to 1e9 requests/s, got {rate}", field="--rate")
+    arrival = f"{{process: poisson, rate: {rate!r}}}" if rate is not None else "{process: all_at_once}"
+    return (f"# kvplan simulate --model {model} --gpu {gpu} ...: the workload it ran\n"
+            f"name: flags\nexperiment: serve\nseed: 0\nmodel: {json_module.dumps(model)}\n"
+            f"gpu: {json_module.dumps(gpu)}\ntp: {tp}\n"
+            f"pool: {{gpu_memory_utilization: {DEFAULT_UTILIZATION}}}\n"
+            f"requests:\n  count: {count}\n  prompt: {{dist: fixed, value: {p}}}\n"
+            f"  output: {{dist: fixed, value: {o}}}\n  arrival: {arrival}\n"
+            f"allocators:\n  - {{kind: paged, block_size: 16}}\n"
+            f"scheduler: {{max_model_len: {p + o}}}\n")
+
+
+def _load_text(text: str):
+    """Load a workload given as text (written to a private temporary file, removed after)."""
+    import tempfile
+
+    from kvplan.experiments import load
+
+    with tempfile.TemporaryDirectory(prefix="kvplan-") as tmp:
+        path = Path(tmp) / "flags.yaml"
+        path.write_text(text, encoding="utf-8")
+        wl = load(path)
+    from dataclasses import replace
+
+    return replace(wl, path="(the flags)")
+
+
 def _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks) -> dict:
     """Check every option before any work, so a bad one costs nothing and writes nothing."""
     import math
@@ -63,8 +145,8 @@ def _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks
         check_writable(plot, "--plot")
         if plot.suffix.lower() not in (".png", ".svg"):
             raise UsageError(f"expected a .png or .svg file name, got {plot.name!r}", field="--plot")
-        if importlib.util.find_spec("matplotlib") is None:
-            raise UsageError('needs matplotlib: pip install "kvplan[plot]"', field="--plot")
+        if importlib.util.find_spec("matplotlib") is None:  # a dependency; missing only in a broken install
+            raise UsageError("needs matplotlib, a dependency of kvplan: pip install matplotlib", field="--plot")
     if csv is not None:
         check_writable(csv, "--csv")
     distinct_outputs({"--plot": plot, "--csv": csv})
@@ -120,6 +202,10 @@ def _block_sizes(text: Optional[str]) -> list[int] | None:
     try:
         if "-" in text:
             lo, hi = (int(v) for v in text.split("-", 1))
+            if lo < 1 or hi < lo or lo & (lo - 1) or hi & (hi - 1):
+                raise UsageError(f"a range runs over powers of two, so its ends must be powers of two "
+                                 f"(such as 4-32), got {text!r}; for other sizes give a list like 3,8,40",
+                                 field="--block-sizes")
             sizes = [1 << k for k in range(0, 31) if lo <= (1 << k) <= hi]
         else:
             sizes = [int(v) for v in text.split(",") if v.strip()]

@@ -11,17 +11,17 @@ from kvplan.cli.options import JsonOpt, KvDtypeOpt, TpOpt
 
 def size(
     model: Annotated[str, typer.Argument(help="Model id (catalog, HF cache or hub) or path to a config.json.")],
-    tokens: Annotated[Optional[int], typer.Option("--tokens", "--max-model-len", help="Tokens per request, vLLM's max_model_len (default: the model's context).")] = None,
+    tokens: Annotated[Optional[str], typer.Option("--tokens", "--max-model-len", help="Tokens per request, vLLM's max_model_len: 8192, 32k (32,000) or 32K (32,768), as vLLM reads them (default: the model's context).")] = None,
     kv_dtype: KvDtypeOpt = "auto",
-    tp: TpOpt = 1,
+    tp: Annotated[str, typer.Option("--tp", help="Tensor-parallel degree, or a list to compare: 1,2,4.")] = "1",
     batch: Annotated[int, typer.Option(help="Concurrent requests to check.")] = 1,
-    gpu: Annotated[Optional[str], typer.Option(help="GPU from the catalog (see `kvplan gpus`).")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="GPU from the catalog (see `kvplan gpus`), or a list to compare: H100-80GB,H200,L40S.")] = None,
     gpu_memory_utilization: Annotated[Optional[float], typer.Option(help="Share of GPU memory vLLM may use, with --gpu (default: the release's, 0.92 since vLLM 0.21, 0.9 before; 0.92 with --engine none).")] = None,
-    kv_memory: Annotated[Optional[str], typer.Option(help="KV memory per GPU, e.g. 40GiB (instead of --gpu).")] = None,
+    kv_memory: Annotated[Optional[str], typer.Option(help="KV memory per GPU with its unit, e.g. 40GiB or 40GB (instead of --gpu).")] = None,
     block_size: Annotated[int, typer.Option(help="Paged KV block size in tokens.")] = 16,
     engine: Annotated[str, typer.Option(help="vllm: the KV pool vLLM will log at start-up, and whether it starts; none: GPU memory x utilization less the weights.")] = "vllm",
     quantization: Annotated[Optional[str], typer.Option(help="vLLM's online quantization of a bf16 checkpoint: fp8.")] = None,
-    max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="vLLM's --max-num-batched-tokens (default: vLLM's for the GPU).")] = None,
+    max_num_batched_tokens: Annotated[Optional[str], typer.Option(help="vLLM's --max-num-batched-tokens, e.g. 8192 or 8K (default: vLLM's for the GPU).")] = None,
     max_num_seqs: Annotated[Optional[int], typer.Option(help="vLLM's --max-num-seqs (default: vLLM's for the GPU).")] = None,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs.")] = False,
     vllm_version: Annotated[str, typer.Option(help="The vLLM release whose rules apply (0.9 on; from 0.21 CUDA graphs come out of the pool).")] = "0.29",
@@ -32,13 +32,26 @@ def size(
 
     Example: kvplan size meta-llama/Meta-Llama-3-8B --gpu H100-80GB --tokens 8192
     """
-    from kvplan.model.size import size as size_of
+    from kvplan.model.size import size as size_of, size_grid, parse_list
 
-    run = size_of(model, tokens=tokens, kv_dtype=kv_dtype, tp=tp, batch=batch, gpu=gpu,
-                  gpu_memory_utilization=gpu_memory_utilization, kv_memory=kv_memory, block_size=block_size,
-                  engine=engine, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
-                  max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, vllm_version=vllm_version,
-                  enable_prefix_caching=enable_prefix_caching)
+    options = dict(tokens=tokens, kv_dtype=kv_dtype, batch=batch, gpu_memory_utilization=gpu_memory_utilization,
+                   kv_memory=kv_memory, block_size=block_size, engine=engine, quantization=quantization,
+                   max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                   enforce_eager=enforce_eager, vllm_version=vllm_version, enable_prefix_caching=enable_prefix_caching)
+    gpus = parse_list(gpu, "--gpu") if gpu is not None else [None]
+    tps = [int(t) for t in parse_list(tp, "--tp", integers=True)]
+    if len(gpus) * len(tps) > 1:
+        rows = size_grid(model, gpus, tps, options)
+        if json:
+            from kvplan.report.output import emit_json
+
+            emit_json({"model": model, "grid": rows})
+        else:
+            from kvplan.report.size_view import render_grid
+
+            render_grid(model, rows)
+        return
+    run = size_of(model, tp=tps[0], gpu=gpus[0], **options)
     if json:
         from kvplan.report.output import emit_json
 
@@ -46,4 +59,4 @@ def size(
     else:
         from kvplan.report.size_view import render_size
 
-        render_size(run.report, run.layout, list(run.notes))
+        render_size(run.report, run.layout, list(run.notes), run.concurrency_at, run.would_fit)

@@ -32,6 +32,18 @@ Bandwidth and compute
 doubling that data sheets often print first. The V100 has no bf16 units; its entry carries the fp16
 tensor-core peak and says so in ``source``.
 
+Names
+-----
+``get_gpu`` takes a canonical name or any listed alias, ignoring case, punctuation and vendor words
+("nvidia h100 nvl"). A bare family name that begins several catalog GPUs and is listed for none of them
+is ambiguous and is refused with the choices: "A100" (A100-40GB, A100-80GB), "H100" (H100-80GB,
+H100-PCIe, H100-NVL), "RTX". A name listed for exactly one GPU is never ambiguous: "L40" is the L40 and
+"L40S" the L40S; "H100 SXM" is the H100-80GB.
+
+Where no public log gives a GPU's CUDA total, ``cuda_memory_bytes`` follows the relation recorded in
+``tests/data/cuda_totals.yaml`` (CUDA total = nvidia-smi total - Reserved) with a sibling board's
+Reserved, or a sibling's total where the device total is the same; its ``source`` says which.
+
 The figures live in ``gpus.json`` beside this module (shipped in the wheel), each with its source;
 ``load_catalog`` reads and validates it. This module imports nothing of kvplan's except
 ``kvplan.errors``.
@@ -155,6 +167,31 @@ def _build_index() -> dict[str, str]:
 _INDEX = _build_index()
 
 
+def _build_families() -> dict[str, tuple[str, ...]]:
+    """Family names: the leading words of names and aliases ("A100" of "A100-40GB", "H100" of "H100 NVL",
+    "RTX" of "RTX 4090") that no name or alias spells out, with the catalog GPUs they begin.
+
+    A family that begins several GPUs is ambiguous (get_gpu lists the choices); one that begins a single
+    GPU is just an unknown name. A spelling listed for one GPU (a name or an alias) always wins, so "L40"
+    is the L40 and "B200" the B200, whatever else they begin.
+    """
+    families: dict[str, list[str]] = {}
+    for spelling, canonical in [*((n, n) for n in GPUS), *ALIASES.items()]:
+        words = re.split(r"[-\s_]+", spelling.strip())
+        for n in range(1, len(words)):
+            key = _key(" ".join(words[:n]))
+            if not key or key in _PREFIXES or key in _INDEX:
+                continue
+            members = families.setdefault(key, [])
+            if canonical not in members:
+                members.append(canonical)
+    order = {name: i for i, name in enumerate(GPUS)}
+    return {key: tuple(sorted(names, key=order.__getitem__)) for key, names in families.items() if len(names) > 1}
+
+
+_FAMILIES = _build_families()
+
+
 def gpu_names() -> list[str]:
     """Canonical names of every catalog GPU, in catalog order (smallest to largest, roughly)."""
     return list(GPUS)
@@ -177,13 +214,20 @@ def close_gpu_names(name: str, n: int = 4) -> list[str]:
 def get_gpu(name: str) -> GPU:
     """The catalog GPU for a name or alias, case- and punctuation-insensitive ("h100 sxm" works).
 
-    An unknown name raises UsageError(field="gpu") that lists close matches and the known names.
+    A bare family name that begins several catalog GPUs ("A100", "H100") raises UsageError(field="gpu")
+    naming them all; an unknown name raises one that lists close matches and the known names.
     """
     if isinstance(name, GPU):
         return name
-    canonical = _INDEX.get(_key(str(name))) if str(name).strip() else None
+    key = _key(str(name)) if str(name).strip() else ""
+    canonical = _INDEX.get(key) if key else None
     if canonical is not None:
         return GPUS[canonical]
+    if key in _FAMILIES:
+        raise UsageError(
+            f"{str(name).strip()!r} matches several GPUs: {', '.join(_FAMILIES[key])}; give one.",
+            field="gpu",
+        )
     close = close_gpu_names(str(name))
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
     raise UsageError(

@@ -2,6 +2,15 @@
 
 huggingface_hub is imported only when the first two sources miss, so `kvplan size` on a catalog
 model starts fast.
+
+Between the HF cache and the hub, the usual variants of a catalog model resolve offline to it
+(`catalog_alias`): the hub's renames (meta-llama/Llama-3.1-70B is the catalog's
+Meta-Llama-3.1-70B; CohereLabs was CohereForAI), base / Instruct / chat / -it / -hf variants,
+which share one architecture, re-uploads under another org, and quantized re-uploads named by
+the usual suffixes (-FP8, -FP8-Dynamic, -AWQ, -GPTQ-Int4, -GPTQ-Int8, -bnb-4bit), which get the
+quantization_config those uploads carry by convention (fp8 dynamic; AWQ and GPTQ 4-bit with
+groups of 128). Each such resolution says so in a note: for exactness give the checkpoint's own
+config.json.
 """
 
 from __future__ import annotations
@@ -9,7 +18,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvplan.errors import ModelNotFoundError
@@ -35,7 +44,25 @@ def catalog_ids() -> list[str]:
 class Resolved:
     name: str
     path: Path
-    origin: str  # "path" | "catalog" | "hf-cache" | "hub"
+    origin: str  # "path" | "catalog" | "alias" | "hf-cache" | "hub"
+    quantization: dict | None = None  # alias of a quantized re-upload: its conventional config
+    note: str = ""
+
+
+ORG_RENAMES = {"coherelabs": "cohereforai"}  # the hub's renamed orgs -> the catalog's spelling
+VARIANT = re.compile(r"[-_.](instruct|chat|it|hf|base)$")
+QUANT_SUFFIXES = {  # suffix -> (quantization_config as such re-uploads carry it, scheme in words)
+    "fp8-dynamic": ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),
+    "fp8": ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),
+    "awq": ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
+            "AWQ 4-bit, groups of 128"),
+    "gptq-int4": ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True},
+                  "GPTQ 4-bit, groups of 128"),
+    "gptq-int8": ({"quant_method": "gptq", "bits": 8, "group_size": 128, "desc_act": False, "sym": True},
+                  "GPTQ 8-bit, groups of 128"),
+    "bnb-4bit": ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "bitsandbytes 4-bit"),
+}
+SIZE = re.compile(r"(\d+(?:\.\d+)?)b\b")
 
 
 def resolve(arg: str) -> Resolved:
@@ -56,7 +83,13 @@ def resolve(arg: str) -> Resolved:
     found = _from_catalog(arg)
     if found is not None:
         return found
-    if not REPO_ID.match(arg) or ".." in arg:
+    repo_like = bool(REPO_ID.match(arg)) and ".." not in arg
+    if repo_like and _in_hf_cache(arg):
+        return _from_hub(arg)
+    alias = catalog_alias(arg)
+    if alias is not None:
+        return alias
+    if not repo_like:
         raise ModelNotFoundError(
             f"{arg!r} is neither a file, a directory, nor a model id like org/name{_suggest(arg)}",
             field="model",
@@ -67,10 +100,71 @@ def resolve(arg: str) -> Resolved:
 def load_spec(arg: str) -> ModelSpec:
     """Resolve `arg` and read its config into a ModelSpec."""
     found = resolve(arg)
-    return read_model(load_config(found.path), found.name, str(found.path))
+    raw = load_config(found.path)
+    if found.quantization is not None:
+        raw = {**raw, "quantization_config": found.quantization}
+    spec = read_model(raw, found.name, str(found.path))
+    if found.note:
+        spec = replace(spec, dtype_note="; ".join(n for n in (found.note, spec.dtype_note) if n))
+    return spec
+
+
+def _key(name: str) -> tuple[str, tuple | None]:
+    """A name reduced to its architecture: lower case, no leading "meta-", no variant or
+    quantization suffix; and the quantization suffix it had (its QUANT_SUFFIXES entry)."""
+    key, quant = name.lower(), None
+    for suffix, entry in QUANT_SUFFIXES.items():
+        if key.endswith("-" + suffix) or key.endswith("_" + suffix):
+            key, quant = key[: -len(suffix) - 1], entry
+            break
+    while True:
+        stripped = VARIANT.sub("", key)
+        if stripped == key:
+            break
+        key = stripped
+    return key.removeprefix("meta-"), quant
+
+
+def catalog_alias(arg: str) -> Resolved | None:
+    """The catalog model `arg` is a variant or re-upload of, or None (see the module docstring).
+
+    The same org is preferred; another org's re-upload resolves only when the architecture is
+    unique in the catalog; of several catalog variants the one of the same kind (Instruct or
+    base) is taken, then the first by name."""
+    org, _, name = arg.strip().rpartition("/")
+    org = ORG_RENAMES.get(org.lower(), org.lower())
+    key, quant = _key(name)
+    candidates = [i for i in catalog_ids() if _key(i.split("/")[1])[0] == key]
+    if not candidates:
+        return None
+    same_org = [i for i in candidates if i.split("/")[0].lower() == org]
+    if same_org:
+        candidates = same_org
+    elif len({i.split("/")[0] for i in candidates}) > 1:
+        return None
+    wanted = VARIANT.search(name.lower().removesuffix("-" + next((s for s in QUANT_SUFFIXES
+                                                                  if name.lower().endswith("-" + s)), "")))
+    kind = wanted.group(1) if wanted else None
+    same_kind = [i for i in candidates if (VARIANT.search(i.lower()) or [None, None])[1] == kind]
+    match = sorted(same_kind or candidates)[0]
+    quantization, scheme = quant if quant else (None, "")
+    note = f"resolved offline as the catalog's {match} (same architecture)"
+    if quant:
+        note += f"; weights sized as {scheme}, as such re-uploads are; give the checkpoint's config.json for exactness"
+    return Resolved(arg.strip(), catalog_dir() / match / "config.json", "alias", quantization, note)
+
+
+def _in_hf_cache(repo_id: str) -> bool:
+    """Whether the HF cache holds this repo (a folder check, no hub import)."""
+    org, name = repo_id.split("/", 1)
+    return (Path(_hf_cache_dir()) / f"models--{org}--{name}").is_dir()
 
 
 def _from_catalog(arg: str) -> Resolved | None:
+    if REPO_ID.match(arg) and ".." not in arg:  # the common case, without listing the catalog
+        direct = catalog_dir() / arg / "config.json"
+        if direct.is_file():
+            return Resolved(arg, direct, "catalog")
     ids = catalog_ids()
     by_lower = {i.lower(): i for i in ids}
     match = by_lower.get(arg.lower())
@@ -140,11 +234,20 @@ def _hub_reachable(endpoint: str) -> bool:
 
 
 def _suggest(arg: str) -> str:
+    """Closest catalog names: the same family and size first, then the same family, then by
+    spelling."""
     ids = catalog_ids()
-    lowered = {i.lower(): i for i in ids}
-    names = {i.split("/")[1].lower(): i for i in ids}
-    key = arg.lower()
-    close = difflib.get_close_matches(key, list(lowered), n=3, cutoff=0.5)
-    close += difflib.get_close_matches(key.split("/")[-1], list(names), n=3, cutoff=0.5)
-    picks = list(dict.fromkeys([lowered.get(c) or names[c] for c in close]))[:3]
+    key, _ = _key(arg.split("/")[-1])
+    family = re.match(r"[a-z]+", key)
+    size = SIZE.search(key)
+
+    def rank(i: str) -> tuple:
+        other, _ = _key(i.split("/")[1])
+        same_family = bool(family) and other.startswith(family.group(0))
+        same_size = bool(size) and bool(SIZE.search(other)) and SIZE.search(other).group(1) == size.group(1)
+        return (not (same_family and same_size), not same_family,
+                -difflib.SequenceMatcher(None, key, other).ratio(), i)
+
+    picks = [i for i in sorted(ids, key=rank)[:3]
+             if difflib.SequenceMatcher(None, key, _key(i.split("/")[1])[0]).ratio() >= 0.4]
     return f"; closest catalog names: {', '.join(picks)}" if picks else "; see `kvplan models`"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from kvplan.errors import ConfigError, UsageError
 from kvplan.model.build import build_layout
@@ -12,10 +12,14 @@ from kvplan.model.layout import KVLayout
 from kvplan.model.resolve import load_spec
 from kvplan.model.vllm_memory import VLLM_RELEASE, EngineOptions, release_rules
 from kvplan.model.weights import engine_shape, estimate_weights
-from kvplan.units import parse_size
+from kvplan.units import parse_count, parse_size
 
 
 ENGINES = ("vllm", "none")
+
+
+COMMON_CONTEXTS = (4096, 8192, 32768, 131072)  # the concurrency shown beside the requested length
+TP_CHOICES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,15 +27,22 @@ class SizeRun:
     report: SizeReport
     layout: KVLayout
     notes: tuple[str, ...]
+    concurrency_at: dict = field(default_factory=dict)  # tokens -> vLLM's concurrency, on a GPU
+    would_fit: dict | None = None  # when it does not fit: the smallest TP, and GPU, that would
 
     def to_dict(self) -> dict:
-        return {**self.report.to_dict(), "notes": list(self.notes)}
+        out = {**self.report.to_dict(), "notes": list(self.notes)}
+        if self.concurrency_at:
+            out["concurrency_at"] = {str(k): v for k, v in self.concurrency_at.items()}
+        if self.would_fit is not None:
+            out["would_fit"] = self.would_fit
+        return out
 
 
 def size(
     model: str,
     *,
-    tokens: int | None = None,
+    tokens: int | str | None = None,
     kv_dtype: str = "auto",
     tp: int = 1,
     batch: int = 1,
@@ -41,11 +52,12 @@ def size(
     block_size: int = 16,
     engine: str = "vllm",
     quantization: str | None = None,
-    max_num_batched_tokens: int | None = None,
+    max_num_batched_tokens: int | str | None = None,
     max_num_seqs: int | None = None,
     enforce_eager: bool = False,
     vllm_version: str = VLLM_RELEASE,
     enable_prefix_caching: bool = True,
+    explore: bool = True,
 ) -> SizeRun:
     """Everything `kvplan size` prints, as data; bad options raise KvplanError naming the option.
 
@@ -53,6 +65,10 @@ def size(
     (kvplan/model/vllm_memory.py) and `tokens` is vLLM's max_model_len; engine "none" keeps
     the bare bound: the GPU's memory x utilization less the weights.
     """
+    if isinstance(tokens, str):
+        tokens = parse_count(tokens, field="--tokens")
+    if isinstance(max_num_batched_tokens, str):
+        max_num_batched_tokens = parse_count(max_num_batched_tokens, field="--max-num-batched-tokens", high=2**31)
     if engine not in ENGINES:
         raise UsageError(f"expected one of {', '.join(ENGINES)}, got {engine!r}", field="--engine")
     for field, value in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
@@ -71,7 +87,8 @@ def size(
         from kvplan.model.gpus import get_gpu
 
         gpu_spec = get_gpu(gpu)
-    kv_bytes = parse_size(kv_memory, field="--kv-memory") if kv_memory is not None else None
+    kv_bytes = parse_size(kv_memory, field="--kv-memory", require_unit=isinstance(kv_memory, str)) \
+        if kv_memory is not None else None
     spec = load_spec(model)
     layout = build_layout(spec, kv_dtype, tp)
     notes = [spec.dtype_note] if spec.dtype_note else []
@@ -101,4 +118,88 @@ def size(
     )
     if spec.max_context is not None and report.tokens > spec.max_context:
         notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")
-    return SizeRun(report, layout, tuple(notes))
+    run = SizeRun(report, layout, tuple(notes))
+    if report.kv_pool_bytes is None or kv_bytes is not None or not explore:
+        return run
+    fit_args = dict(tokens=report.tokens, kv_dtype=kv_dtype, batch=batch, gpu_memory_utilization=gpu_memory_utilization,
+                    block_size=block_size, engine=engine, quantization=quantization,
+                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                    enforce_eager=enforce_eager, vllm_version=vllm_version,
+                    enable_prefix_caching=enable_prefix_caching)
+    at = {}
+    for length in COMMON_CONTEXTS:
+        if length != report.tokens and (spec.max_context is None or length <= spec.max_context):
+            other = size_model(layout, tokens=length, batch=1, block_size=block_size, weight_bytes=weights.bytes,
+                               weight_bytes_per_gpu=weights.bytes_per_gpu(tp), params=weights.params, gpu=gpu_spec,
+                               gpu_memory_utilization=gpu_memory_utilization, engine=engine,
+                               engine_options=report_options(report, gpu_memory_utilization, max_num_batched_tokens,
+                                                             max_num_seqs, enforce_eager, vllm_version,
+                                                             enable_prefix_caching),
+                               engine_shape=engine_shape(spec))
+            at[length] = round(other.vllm_concurrency, 2) if other.reason is None else 0.0
+    run = replace(run, concurrency_at=at)
+    if not report.fits:
+        run = replace(run, would_fit=_would_fit(model, gpu_spec.name, tp, fit_args))
+    return run
+
+
+def report_options(report, utilization, batched, seqs, eager, release, prefix) -> EngineOptions:
+    return EngineOptions(gpu_memory_utilization=utilization, max_num_batched_tokens=batched, max_num_seqs=seqs,
+                         enforce_eager=eager, release=release, enable_prefix_caching=prefix)
+
+
+def _would_fit(model: str, gpu: str, tp: int, args: dict) -> dict:
+    """The smallest TP on this GPU, and the smallest-memory catalog GPU at this TP, that fit."""
+    from kvplan.errors import KvplanError
+    from kvplan.model.gpus import gpu_names, get_gpu
+
+    found: dict = {"tp": None, "gpu": None}
+    for degree in TP_CHOICES:
+        if degree > tp:
+            try:
+                if size(model, gpu=gpu, tp=degree, explore=False, **args).report.fits:
+                    found["tp"] = degree
+                    break
+            except KvplanError:  # heads that do not split over this many GPUs
+                continue
+    for name in sorted(gpu_names(), key=lambda n: get_gpu(n).memory_bytes):
+        if name != gpu and get_gpu(name).memory_bytes > get_gpu(gpu).memory_bytes:
+            if size(model, gpu=name, tp=tp, explore=False, **args).report.fits:
+                found["gpu"] = name
+                break
+    return found
+
+
+def parse_list(text: str, field: str, integers: bool = False) -> list:
+    """A comma-separated list of GPUs or TP degrees (`--gpu H100-80GB,H200 --tp 1,2,4`)."""
+    items = [t.strip() for t in str(text).split(",")]
+    if not items or any(not t for t in items) or len(items) > 32:
+        raise UsageError(f"expected one value or a comma-separated list of up to 32, got {str(text)[:60]!r}",
+                         field=field)
+    if integers:
+        if not all(t.isdigit() and 1 <= int(t) <= 65_536 for t in items):
+            raise UsageError(f"expected whole numbers from 1 to 65,536, got {str(text)[:60]!r}", field=field)
+        return [int(t) for t in items]
+    return items
+
+
+def size_grid(model: str, gpus: list, tps: list[int], options: dict) -> list[dict]:
+    """One row per GPU and TP degree: the fit, or why there is none (a row, not an error)."""
+    from kvplan.errors import KvplanError
+
+    rows = []
+    for gpu in gpus:
+        for tp in tps:
+            row = {"gpu": gpu, "tp": tp}
+            try:
+                r = size(model, gpu=gpu, tp=tp, explore=False, **options).report
+            except KvplanError as exc:
+                if exc.field in ("--gpu", "gpu", "model", "--model"):
+                    raise
+                rows.append({**row, "fits": False, "reason": str(exc)})
+                continue
+            rows.append({**row, "gpu": r.gpu or gpu, "fits": r.fits, "weight_bytes": r.weight_bytes,
+                         "kv_pool_bytes": r.kv_pool_bytes, "vllm_concurrency": r.vllm_concurrency,
+                         "max_concurrency": r.max_concurrency, "longest_context": r.longest_context,
+                         "tokens": r.tokens, "reason": r.reason})
+    return rows

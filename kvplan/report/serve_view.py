@@ -14,23 +14,42 @@ def _num(value, fmt: str = ".3g") -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _fixed(value, scale: float = 1.0) -> str:
+    """One format per column: three decimals below 100, whole numbers with separators above."""
+    if value is None:
+        return "-"
+    v = value * scale
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}"
+
+
+WIDE = 110  # narrower terminals (a pipe is 80) get the results as two tables, never cut numbers
+
+
 def render_serve(doc: dict) -> None:
     from rich.table import Table
 
     out = console()
     unit = doc.get("time_unit") or "s"
-    table = Table(title=f"Serving simulation: {doc['workload']} ({doc['num_requests']:,} requests, "
-                        f"pool of {doc['pool_slots']:,} token slots, times in {unit})", title_justify="left")
-    cols = ("allocator", "completed", f"req/{unit}", f"tok/{unit}", "TTFT p50", "TTFT p99", "TPOT mean",
-            "norm. latency", "mean batch", "preempted")
-    for col in cols:
-        table.add_column(col, justify="left" if col == "allocator" else "right", no_wrap=col == "allocator")
-    for r in doc["results"]:
-        table.add_row(r["label"], f"{r['completed']:,}", _num(r["throughput_rps"]), _num(r["throughput_tps"]),
-                      _num(r["ttft_s"]["p50"]), _num(r["ttft_s"]["p99"]), _num(r["tpot_s"]["mean"]),
-                      _num(r["normalized_latency_s"]["mean"]), f"{r['mean_running']:.1f}",
-                      f"{r['preemptions']:,}")
-    out.print(table)
+    ms = unit == "s"  # per-token times in milliseconds when time is in seconds
+    title = (f"Serving simulation: {doc['workload']} ({doc['num_requests']:,} requests, "
+             f"pool of {doc['pool_slots']:,} token slots, times in {unit})")
+    rate_cols = (("done", lambda r: f"{r['completed']:,}"), (f"req/{unit}", lambda r: f"{r['throughput_rps']:.2f}"),
+                 (f"tok/{unit}", lambda r: f"{r['throughput_tps']:,.0f}"),
+                 ("batch", lambda r: f"{r['mean_running']:.1f}"), ("preempted", lambda r: f"{r['preemptions']:,}"))
+    scale, per = (1e3, "ms") if ms else (1.0, unit)
+    latency_cols = ((f"TTFT p50 {unit}", lambda r: _fixed(r["ttft_s"]["p50"])),
+                    (f"TTFT p99 {unit}", lambda r: _fixed(r["ttft_s"]["p99"])),
+                    (f"TPOT {per}", lambda r: _fixed(r["tpot_s"]["mean"], scale)),
+                    (f"{unit}/token", lambda r: _fixed(r["normalized_latency_s"]["mean"])))
+    groups = [rate_cols + latency_cols] if out.width >= WIDE else [rate_cols, latency_cols]
+    for i, cols in enumerate(groups):
+        table = Table(title=title if i == 0 else None, title_justify="left")
+        table.add_column("allocator", no_wrap=True)
+        for name, _ in cols:
+            table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+        for r in doc["results"]:
+            table.add_row(r["label"], *(cell(r) for _, cell in cols))
+        out.print(table)
     mem = Table(title="Time-averaged memory (Kwon et al. Figure 2 vocabulary, % of the pool)", title_justify="left")
     mem.add_column("allocator", no_wrap=True)
     for col in BREAKDOWN:
@@ -76,15 +95,18 @@ def write_requests_csv(results, path: Path) -> None:
                     row += 1
 
 
-def plot_serve(results, path: Path) -> None:
-    """Memory breakdown over time (stacked, % of pool) and the running batch, one column per allocator."""
+def plot_serve(results, path: Path, workload: str = "") -> None:
+    """Memory breakdown over time (stacked, % of pool) and the running batch, one column per
+    allocator, on one shared time axis; the title names the workload and the allocators, and the
+    legends sit outside the data."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     n = len(results)
-    fig, axes = plt.subplots(2, n, figsize=(4.2 * n, 6), dpi=110, squeeze=False, sharex="col")
+    fig, axes = plt.subplots(2, n, figsize=(4.2 * n + 1.6, 6.4), dpi=110, squeeze=False, sharex=True)
+    fig.suptitle(f"{workload or 'serve'}: " + ", ".join(r.label for r in results), fontsize=11)
     colors = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "0.85")
     for j, result in enumerate(results):
         cols = result.timeline.columns
@@ -98,8 +120,8 @@ def plot_serve(results, path: Path) -> None:
         axes[1][j].set_xlabel(f"time ({result.time_unit})")
     axes[0][0].set_ylabel("% of KV pool")
     axes[1][0].set_ylabel("requests")
-    axes[0][-1].legend(fontsize=7, loc="upper right")
-    axes[1][-1].legend(fontsize=7, loc="upper right")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    axes[1][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     fig.savefig(path, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)

@@ -12,7 +12,8 @@ def _b(n: int | None) -> str:
     return "-" if n is None else f"{n:,} B ({format_bytes(n)})" if n >= 1024 else f"{n:,} B"
 
 
-def render_size(report: SizeReport, layout: KVLayout, notes: list[str]) -> None:
+def render_size(report: SizeReport, layout: KVLayout, notes: list[str], concurrency_at: dict | None = None,
+                would_fit: dict | None = None) -> None:
     from rich.table import Table
 
     out = console()
@@ -34,6 +35,15 @@ def render_size(report: SizeReport, layout: KVLayout, notes: list[str]) -> None:
     out.print(table)
     if report.kv_pool_bytes is not None:
         _print_fit_lines(out, report)
+    if concurrency_at and any(concurrency_at.values()):
+        cells = ", ".join(f"{k // 1024}K: {v:.2f}x" for k, v in sorted(concurrency_at.items()))
+        out.print(f"[dim]vLLM's concurrency at other context lengths: {cells}[/dim]")
+    if would_fit is not None:
+        options = [f"--tp {would_fit['tp']}" if would_fit.get("tp") else "",
+                   f"--gpu {would_fit['gpu']}" if would_fit.get("gpu") else ""]
+        options = [o for o in options if o]
+        out.print("It would fit with " + " or ".join(options) + "." if options
+                  else "No TP degree up to 8 on this GPU, and no catalog GPU at this TP, would fit.")
     for note in notes:
         out.print(f"[dim]note: {note}[/dim]")
 
@@ -74,7 +84,9 @@ def _print_fit_lines(out, r: SizeReport) -> None:
         out.print(f"[bold red]vLLM would not start:[/] {r.reason}")
         return
     if r.kv_pool_bytes <= 0:
-        out.print(f"[bold red]Nothing fits:[/] the weights need {_b(r.weight_bytes)}, all the GPU gives or more.")
+        given = int((r.gpu_memory_bytes or 0) * (r.gpu_memory_utilization or 1))
+        out.print(f"[bold red]Nothing fits:[/] the weights need {_b(r.weight_bytes)} per GPU; the GPU gives "
+                  f"{_b(given)} ({r.gpu_memory_utilization} of its memory).")
         return
     out.print(f"vLLM would log: GPU KV cache size: {r.vllm_kv_cache_tokens:,} tokens")
     out.print(f"vLLM would log: Maximum concurrency for {r.tokens:,} tokens per request: {r.vllm_concurrency:.2f}x")
@@ -101,3 +113,42 @@ def render_models(rows: list[dict]) -> None:
         table.add_row(row["model"], row["model_type"], str(row["num_layers"]),
                       format_bytes(row["bytes_per_token"]), f"{row['max_context']:,}" if row["max_context"] else "none stated", row["dtype"])
     console().print(table)
+
+
+def _why(reason: str | None) -> str:
+    if not reason:
+        return "no"
+    for prefix, short in (("CUDA out of memory", "weights"), ("No available memory", "no KV"),
+                          ("To serve at least one request", "context"), ("tp:", "TP split")):
+        if reason.startswith(prefix):
+            return f"no, {short}"
+    return "no"
+
+
+def render_grid(model: str, rows: list[dict]) -> None:
+    """`kvplan size --gpu A,B --tp 1,2`: one line per GPU and TP degree, readable at 80 columns
+    (short verdicts in the table, vLLM's whole messages below it)."""
+    from rich.table import Table
+
+    table = Table(title=f"{model}: each GPU and TP degree", title_justify="left")
+    for col, justify in (("GPU", "left"), ("TP", "right"), ("weights", "right"), ("KV pool", "right"),
+                         ("conc.", "right"), ("longest", "right"), ("fits", "left")):
+        table.add_column(col, justify=justify, no_wrap=True, min_width=len(col))
+    tokens = next((r["tokens"] for r in rows if "tokens" in r), None)
+    reasons: dict[str, list[str]] = {}
+    for r in rows:
+        if r.get("reason"):
+            reasons.setdefault(r["reason"], []).append(f"{r['gpu']} tp={r['tp']}")
+        if "weight_bytes" not in r:
+            table.add_row(r["gpu"], str(r["tp"]), "-", "-", "-", "-", _why(r["reason"]))
+            continue
+        table.add_row(r["gpu"], str(r["tp"]), format_bytes(r["weight_bytes"]), format_bytes(r["kv_pool_bytes"] or 0),
+                      f"{r['vllm_concurrency']:.2f}x", f"{r['longest_context']:,}",
+                      "yes" if r["fits"] else _why(r["reason"]))
+    out = console()
+    out.print(table)
+    if tokens:
+        out.print(f"[dim]per GPU; conc.: vLLM's Maximum concurrency for {tokens:,}-token requests; longest: "
+                  "the longest single request that fits[/dim]")
+    for reason, where in reasons.items():
+        out.print(f"[dim]{', '.join(where)}: {reason}[/dim]")

@@ -20,9 +20,9 @@ requests:                     # synthetic: count (<= 50M), prompt, output, arriv
   #   | lognormal {sigma, mean | median} | exponential {mean} | zipf {a > 1, scale, max}
   #   | histogram {edges, weights} | csv {path, column}
   arrival: {process: all_at_once}  # | poisson {rate} | gamma {rate, cv}
-  # trace: {format: azure|mooncake|vidur|sharegpt|agentic, path: ../traces/x.csv,
+  # trace: {format: azure|mooncake|vidur|sharegpt|agentic|vllm-bench|vllm-bench-timed, path: ../traces/x.csv,
   #         limit: 1000, time_scale: 1.0, repeat: 1, too_long: error|clip, history: false}
-  #   (arrival with a trace: sharegpt request arrivals, agentic conversation starts)
+  #   (arrival with a trace: sharegpt/vllm-bench request arrivals, agentic conversation starts)
 allocators:                   # default: [{kind: paged, block_size: 16}]
   - {kind: contiguous, policy: max, max_len: 8192}   # max|pow2|oracle; max_len: max_model_len
   - {kind: paged, block_size: [16, 32]}              # a list gives one allocator each
@@ -69,6 +69,13 @@ DEFAULT_BATCH = (8192, 256)  # (max_num_batched_tokens, max_num_seqs) without a 
 DEFAULT_SWAP_SPACE = 4 * 2**30
 TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "pool", "requests",
             "allocators", "scheduler", "timing", "prefix", "sampling")  # fmt: skip
+
+POOL_KEYS = ("slots", "kv_memory", "gpu_memory_utilization")
+SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
+                  "swap_space", "swap_slots", "null_block")
+REQUEST_KEYS = ("count", "prompt", "output", "arrival")
+TRACE_KEYS = ("format", "path", "limit", "time_scale", "repeat", "too_long", "history")
+TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms")
 
 ResolveModel = Callable[[str, str, int, "str | None"], dict]
 
@@ -126,7 +133,7 @@ def _model(doc: YamlMap, resolve_model: ResolveModel | None) -> dict:
 
 
 def _pool(node: YamlMap, model: dict, bytes_per_slot: int | None) -> PoolSpec:
-    node.expect_keys("slots", "kv_memory", "gpu_memory_utilization")
+    node.expect_keys(*POOL_KEYS)
     key = node.exactly_one("slots", "kv_memory", "gpu_memory_utilization")
     where = node.node(key)
     if key == "slots":
@@ -159,8 +166,7 @@ def _scheduler(node: YamlMap | None, doc: YamlMap, layout, bytes_per_slot, gpu=N
     without one), and the null block kept out of the pool."""
     if node is None:
         node = YamlMap({}, {}, "scheduler", doc.line, doc.file, doc.error_cls)
-    node.expect_keys("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill",
-                     "preemption", "swap_space", "swap_slots", "null_block")  # fmt: skip
+    node.expect_keys(*SCHEDULER_KEYS)
     limit = layout.max_context if layout is not None else None
     mml = node.get_int("max_model_len", limit or DEFAULT_MAX_MODEL_LEN, ge=1, le=2**31)
     if limit is not None and mml > limit:
@@ -207,7 +213,7 @@ def _requests(node: YamlMap, path: Path, seed: int, mml: int):
     if "trace" in node:
         node.expect_keys("trace", "arrival")
         return _trace(node, path, seed, mml)
-    node.expect_keys("count", "prompt", "output", "arrival")
+    node.expect_keys(*REQUEST_KEYS)
     count = _check_count(node.node("count"), node.get_int("count", ge=1))
     base = path.parent
     prompt = parse_lengths(node.get_map("prompt"), base, default_min=1)
@@ -240,11 +246,11 @@ def _trace(node: YamlMap, path: Path, seed: int, mml: int):
     t.expect_keys("format", "path", "limit", "time_scale", "repeat", "too_long",
                   *(("history",) if fmt == "sharegpt" else ()))  # fmt: skip
     arrival = parse_arrival(node.get_map("arrival")) if "arrival" in node else None
-    if arrival is not None and fmt not in ("sharegpt", "agentic"):
+    if arrival is not None and fmt not in ("sharegpt", "agentic", "vllm-bench"):
         raise node.node("arrival").error(f"a {fmt} trace has its own timestamps; remove arrival")
     limit = t.get_int("limit", None, ge=1)
-    if fmt == "sharegpt" and "time_scale" in t:
-        raise t.node("time_scale").error("a sharegpt trace has no timestamps to scale")
+    if fmt in ("sharegpt", "vllm-bench") and "time_scale" in t:
+        raise t.node("time_scale").error(f"a {fmt} trace has no timestamps to scale")
     repeat = t.get_int("repeat", 1, ge=1, le=MAX_REQUESTS)
     starts = None
     if arrival is not None and fmt == "agentic":  # one arrival per conversation (file)
@@ -301,7 +307,7 @@ def _timing(node: YamlMap | None, model: dict, gpu_name: str | None) -> TimingCo
     values: dict = {}
     step = model.get("step_model")
     if node is not None:
-        node.expect_keys("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms")
+        node.expect_keys(*TIMING_KEYS)
         kind = node.get_choice("model", ("physical", "roofline"), "physical")
         given = {key: node.get_float(key, None, ge=MIN_EFFICIENCY, le=1) if key != "step_overhead_ms"
                  else node.get_float(key, None, ge=0, le=1e6)

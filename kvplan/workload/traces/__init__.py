@@ -3,15 +3,16 @@
 The CSV formats are streamed in blocks of rows that numpy parses at once: a first pass validates
 them (stopping at `limit` when the trace is not tiled) and keeps them as arrays when there are at
 most KEEP_ROWS, else each chunk is read from the file again, so memory never grows with the
-trace. Mooncake JSONL is streamed line by line the same way; the JSON formats (sharegpt, agentic:
-token counts only, at most 1 GiB) are parsed whole. Every trace is opened through
+trace. Mooncake JSONL is streamed line by line the same way; the JSON formats (sharegpt, agentic,
+vllm-bench: token counts only, at most 1 GiB) are parsed whole. Every trace is opened through
 kvplan/fileio.py: regular files only, UTF-8 or gzip, bounded lines.
 
 Formats (`open_trace(format, path)`):
 - azure: CSV `TIMESTAMP,ContextTokens,GeneratedTokens` (Azure LLM inference 2023); TIMESTAMP is a
   date-time text such as `2023-11-16 18:17:03.9799600`.
-- vidur: CSV `arrived_at,num_prefill_tokens,num_decode_tokens` (arrived_at in seconds; other
-  columns are ignored).
+- vidur: CSV `arrived_at,num_prefill_tokens,num_decode_tokens` (arrived_at in seconds), or the
+  older `Date,Time,PromptTokenCount,CompletionTokenCount` (Time in seconds; every row of one Date,
+  as Vidur replays one), told apart by the header; other columns are ignored.
 - mooncake: JSONL, one `{"timestamp": ms, "input_length", "output_length", "hash_ids"}` per
   line, one hash id per 512-token prompt block (ceil(input_length / 512) of them, checked).
 - sharegpt: a JSON list (or JSONL, one per line) of conversations with token counts, no text:
@@ -27,6 +28,12 @@ Formats (`open_trace(format, path)`):
   from the entry's own `t`. Flattened and sorted by arrival. Each conversation starts at 0, or
   where `session_starts(n_files)` says. Hash ids are local to a file, so each file's are shifted
   to keep different files apart.
+- vllm-bench: a vLLM benchmark_serving / `vllm bench serve` result saved with `--save-result
+  --save-detailed` (or SGLang bench_serving's `--output-details` JSONL, one run per line): the
+  `input_lens` and `output_lens` lists, requests whose `errors` entry is not empty left out. No
+  timestamps: every request arrives at 0 and the workload's arrival process spaces them.
+- vllm-bench-timed: the same file of one run, arrivals `start_times[i] - queue_times[i]` (newer
+  vLLM writes them), sorted.
 
 Arrivals are seconds since the first request. Options: `time_scale` multiplies every gap (0.05 =
 20x compressed); `repeat` tiles the trace, copy k shifted by k x (duration + mean gap) and, in
@@ -48,12 +55,14 @@ import numpy as np
 from kvplan.errors import TraceError, UsageError
 from kvplan.fileio import input_path
 from kvplan.workload.traces._rows import MOONCAKE_BLOCK, _Rows
+from kvplan.workload.traces.bench_results import read_bench_result
 from kvplan.workload.traces.csv_formats import csv_blocks
 from kvplan.workload.traces.json_formats import _read_agentic, _read_sharegpt
 from kvplan.workload.traces.mooncake import _mooncake_chunks, _mooncake_scan
 from kvplan.workload.records import CHUNK_SIZE, RequestChunk
 
-TRACE_FORMATS = ("azure", "mooncake", "vidur", "sharegpt", "agentic")
+TRACE_FORMATS = ("azure", "mooncake", "vidur", "sharegpt", "agentic", "vllm-bench", "vllm-bench-timed")
+UNTIMED_FORMATS = ("sharegpt", "vllm-bench")  # no timestamps: arrivals come from the workload
 KEEP_ROWS = 1_000_000  # CSV rows held in memory (32 MB); a longer trace is read again per chunk
 
 
@@ -64,7 +73,7 @@ class Trace:
     format: str
     path: Path
     num_requests: int
-    timed: bool  # False: the trace has no timestamps (sharegpt); arrivals are all 0
+    timed: bool  # False: the trace has no timestamps (UNTIMED_FORMATS); arrivals are all 0
     hash_block_size: int
     make_chunks: Callable[[], Iterator[RequestChunk]]
 
@@ -144,6 +153,9 @@ def open_trace(
             return _open_csv(fmt, path, limit, time_scale, repeat, max_model_len, too_long, chunk_size)
         if fmt == "agentic":
             rows = _read_agentic(path, time_scale, session_starts)
+        elif fmt.startswith("vllm-bench"):
+            rows = read_bench_result(path, timed=fmt == "vllm-bench-timed")
+            rows = replace(rows, arrival=rows.arrival * time_scale)
         else:
             rows = _read_sharegpt(path, history)
             rows = replace(rows, arrival=rows.arrival * time_scale)
@@ -159,7 +171,7 @@ def _in_memory(fmt: str, path: Path, rows: _Rows, limit, repeat: int, chunk_size
     total = min(limit or n * repeat, n * repeat)
     span = float(rows.arrival[-1])
     shift = span + (span / (n - 1) if n > 1 else 0.0)
-    return Trace(fmt, path, total, fmt != "sharegpt", rows.block_size,
+    return Trace(fmt, path, total, fmt not in UNTIMED_FORMATS, rows.block_size,
                  lambda: _tile_chunks(rows, total, shift, chunk_size))  # fmt: skip
 
 

@@ -3,6 +3,12 @@
 `csv_blocks(fmt, path)` reads the file line by line through kvplan/fileio.py (UTF-8 or gzip,
 bounded lines, a byte-order mark dropped) and yields validated `_Rows` of at most `block_rows`
 rows: memory depends on the block size, never on the length of the trace.
+
+A format may have several layouts (LAYOUTS), told apart by the header: Vidur's trace_replay
+generator reads `arrived_at,num_prefill_tokens,num_decode_tokens` since Vidur's commit a28d390
+(2024-08, the Splitwise traces in its data/processed_traces/), and `Date,Time,PromptTokenCount,
+CompletionTokenCount` before it and in the vidur 0.0.26 wheel on PyPI, where it keeps only the
+rows of one `Date` (its `date` option) and takes `Time` (seconds) as the arrival.
 """
 
 from __future__ import annotations
@@ -22,22 +28,37 @@ from kvplan.workload.traces._rows import _int_or_none, _Rows
 # One field may be as long as one line may be (kvplan/fileio.py bounds the line).
 csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
 
-COLUMNS = {
-    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
-    "vidur": ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
-}
+# Per format, its layouts: (time, prompt tokens, output tokens[, Date]) column names. The first
+# layout whose columns the header has all of is read; a header with none is reported against the
+# layout it is closest to (fewest columns missing).
+LAYOUTS = {
+    "azure": (("TIMESTAMP", "ContextTokens", "GeneratedTokens"),),
+    "vidur": (("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+              ("Time", "PromptTokenCount", "CompletionTokenCount", "Date")),
+}  # fmt: skip
 
 
-def _raw_blocks(path: Path, columns: tuple[str, ...], block_rows: int) -> Iterator[tuple[list[list[str]], np.ndarray]]:
-    """The named columns as lists of text, with each row's line number, `block_rows` at a time."""
+def _pick_layout(header: list[str], layouts: tuple[tuple[str, ...], ...], path: Path) -> tuple[str, ...]:
+    for columns in layouts:
+        if all(c in header for c in columns):
+            return columns
+    shown = [c[3:] + c[:3] for c in layouts]  # as the files have them: Date first
+    missing = min(([c for c in cols if c not in header] for cols in shown), key=len)
+    also = f" (layouts: {'; '.join(','.join(c) for c in shown)})" if len(layouts) > 1 else ""
+    raise TraceError(f"missing column(s) {', '.join(missing)}{also}; header has "
+                     f"{', '.join(header) or 'nothing'}", file=path, line=1, field=missing[0])
+
+
+def _raw_blocks(path: Path, layouts: tuple[tuple[str, ...], ...], block_rows: int,
+                picked: list | None = None) -> Iterator[tuple[list[list[str]], np.ndarray]]:
+    """The columns of the layout the header matches as lists of text, with each row's line
+    number, `block_rows` at a time; the layout's names are appended to `picked`."""
     reader = csv.reader(text_lines(path, TraceError))
     try:
         header = [h.strip() for h in next(reader, [])]
-        missing = [c for c in columns if c not in header]
-        if missing:
-            raise TraceError(f"missing column(s) {', '.join(missing)}; header has "
-                             f"{', '.join(header) or 'nothing'}", file=path, line=1,
-                             field=missing[0])  # fmt: skip
+        columns = _pick_layout(header, layouts, path)
+        if picked is not None:
+            picked.append(columns)
         index = [header.index(c) for c in columns]
         need = max(index) + 1
         cols: list[list[str]] = [[] for _ in columns]
@@ -132,7 +153,7 @@ def _azure_times(ts: list[str], lines: np.ndarray, path: Path) -> np.ndarray:
     return stamps
 
 
-def _vidur_times(at: list[str], lines: np.ndarray, path: Path) -> np.ndarray:
+def _vidur_times(at: list[str], lines: np.ndarray, path: Path, name: str = "arrived_at") -> np.ndarray:
     arrival = np.empty(len(at))
     for i, v in enumerate(at):
         try:
@@ -141,20 +162,43 @@ def _vidur_times(at: list[str], lines: np.ndarray, path: Path) -> np.ndarray:
             arrival[i] = np.nan
         if not np.isfinite(arrival[i]) or arrival[i] < 0:
             raise TraceError(f"expected a number of seconds >= 0, got {v[:40]!r}",
-                             file=path, line=int(lines[i]), field="arrived_at")  # fmt: skip
+                             file=path, line=int(lines[i]), field=name)  # fmt: skip
     return arrival
 
 
-_TIMES: dict[str, Callable[[list[str], np.ndarray, Path], np.ndarray]] = {
-    "azure": _azure_times, "vidur": _vidur_times}
+_TIMES: dict[str, Callable[..., np.ndarray]] = {"azure": _azure_times, "vidur": _vidur_times}
+
+
+class _OneDate:
+    """Vidur's Date,Time layout: every row must carry the first row's Date (Vidur replays one)."""
+
+    def __init__(self, path: Path):
+        self.path, self.date = path, None
+
+    def check(self, dates: list[str], lines: np.ndarray) -> None:
+        if self.date is None:
+            self.date = dates[0].strip()
+        for i, d in enumerate(dates):
+            if d.strip() != self.date:
+                raise TraceError(f"Date {d.strip()[:40]!r} differs from {self.date[:40]!r} on the "
+                                 "first row; Vidur replays the rows of one date (its `date` option): "
+                                 "keep one date's rows", file=self.path, line=int(lines[i]),
+                                 field="Date")  # fmt: skip
 
 
 def csv_blocks(fmt: str, path: Path, block_rows: int = CHUNK_SIZE) -> Iterator[_Rows]:
     """Validated rows of an Azure or Vidur CSV trace, `block_rows` at a time, streamed."""
-    columns = COLUMNS[fmt]
-    clock = _Clock(path, columns[0])
-    for (t, prompt, output), lines in _raw_blocks(path, columns, block_rows):
-        arrival = clock.relative(_TIMES[fmt](t, lines, path), lines)
-        yield _Rows(arrival, _int_column(prompt, lines, path, columns[1], 1),
-                    _int_column(output, lines, path, columns[2], 0),
+    picked: list[tuple[str, ...]] = []
+    clock = dates = None
+    for cols, lines in _raw_blocks(path, LAYOUTS[fmt], block_rows, picked):
+        columns = picked[0]
+        if clock is None:
+            clock = _Clock(path, columns[0])
+            dates = _OneDate(path) if len(columns) > 3 else None
+        if dates is not None:
+            dates.check(cols[3], lines)
+        t = _TIMES[fmt](cols[0], lines, path, *((columns[0],) if fmt == "vidur" else ()))
+        arrival = clock.relative(t, lines)
+        yield _Rows(arrival, _int_column(cols[1], lines, path, columns[1], 1),
+                    _int_column(cols[2], lines, path, columns[2], 0),
                     lambda i, lines=lines: {"file": path, "line": int(lines[i])})  # fmt: skip

@@ -1,0 +1,100 @@
+"""A JSON Schema (draft 2020-12) of the workload file, for editors to complete and check it.
+
+Built from the same key lists the reader checks (kvplan/workload/schema.py, distributions.py,
+traces/), so a key the reader accepts is a key the schema knows; the reader remains the judge of
+values (ranges, files, cross-field rules). `kvplan schema` prints it; workloads/SCHEMA.md is the
+prose version.
+"""
+
+from __future__ import annotations
+
+from kvplan.model.dtypes import KV_DTYPE_CHOICES
+from kvplan.workload import distributions as D
+from kvplan.workload import schema as S
+from kvplan.workload.traces import TRACE_FORMATS
+
+SIZE = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\s*[0-9.eE+-]+\s*[A-Za-z]*\s*$"}],
+        "description": "bytes, or a size with its unit: 12GiB, 40GB"}
+POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+COUNT = {"type": "integer", "minimum": 1}
+
+
+def _closed(properties: dict, required: tuple = (), description: str = "") -> dict:
+    out = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        out["required"] = list(required)
+    if description:
+        out["description"] = description
+    return out
+
+
+def _lengths() -> dict:
+    params = {"value": {"type": "integer", "minimum": 0}, "low": {"type": "integer", "minimum": 0},
+              "high": {"type": "integer", "minimum": 0}, "mean": POSITIVE, "std": POSITIVE,
+              "median": POSITIVE, "sigma": POSITIVE, "a": {"type": "number", "exclusiveMinimum": 1}, "scale": POSITIVE,
+              "edges": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+              "weights": {"type": "array", "items": {"type": "number", "minimum": 0}},
+              "path": {"type": "string"}, "column": {"type": "string"}}
+    variants = []
+    for kind in D.LENGTH_DISTS:
+        keys = D._DIST_KEYS[kind]
+        props = {"dist": {"const": kind}, "min": {"type": "integer", "minimum": 0}, "max": COUNT,
+                 **{k: params[k] for k in keys}}
+        variants.append(_closed(props, ("dist",)))
+    return {"oneOf": variants, "description": "a length distribution: {dist: ..., parameters, min, max}"}
+
+
+def _arrival() -> dict:
+    rate = {"type": "number", "minimum": 1e-6, "maximum": 1e9}
+    params = {"rate": rate, "cv": {"type": "number", "minimum": 1e-3, "maximum": 1e3}}
+    return {"oneOf": [_closed({"process": {"const": kind}, **{k: params[k] for k in D._ARRIVAL_KEYS[kind]}},
+                              ("process", *D._ARRIVAL_KEYS[kind])) for kind in D.ARRIVAL_PROCESSES]}
+
+
+def _requests() -> dict:
+    synthetic = _closed({"count": COUNT, "prompt": _lengths(), "output": _lengths(), "arrival": _arrival()},
+                        ("count", "prompt", "output"))
+    trace_props = {"format": {"enum": list(TRACE_FORMATS)}, "path": {"type": "string"}, "limit": COUNT,
+                   "time_scale": POSITIVE, "repeat": COUNT, "too_long": {"enum": ["error", "clip"]},
+                   "history": {"type": "boolean"}}
+    assert set(trace_props) == set(S.TRACE_KEYS)
+    trace = _closed({"trace": _closed(trace_props, ("format", "path")), "arrival": _arrival()}, ("trace",))
+    return {"oneOf": [synthetic, trace]}
+
+
+def workload_schema() -> dict:
+    """The schema as a plain dict (JSON-serialisable)."""
+    pool = {"oneOf": [_closed({"slots": COUNT}, ("slots",)), _closed({"kv_memory": SIZE}, ("kv_memory",)),
+                      _closed({"gpu_memory_utilization": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
+                              ("gpu_memory_utilization",))]}
+    allocator = {"oneOf": [
+        _closed({"kind": {"const": "contiguous"}, "policy": {"enum": ["max", "pow2", "oracle"]}, "max_len": COUNT},
+                ("kind",)),
+        _closed({"kind": {"const": "paged"},
+                 "block_size": {"anyOf": [COUNT, {"type": "array", "items": COUNT, "minItems": 1}]}}, ("kind",)),
+    ]}
+    scheduler_props = {"max_num_seqs": COUNT, "max_num_batched_tokens": COUNT, "max_model_len": COUNT,
+                       "chunked_prefill": {"type": "boolean"}, "preemption": {"enum": ["recompute", "swap"]},
+                       "swap_space": SIZE, "swap_slots": {"type": "integer", "minimum": 0},
+                       "null_block": {"type": "boolean"}}
+    timing_props = {"model": {"enum": ["physical", "roofline"]},
+                    "bandwidth_efficiency": {"type": "number", "minimum": 0.01, "maximum": 1},
+                    "flops_efficiency": {"type": "number", "minimum": 0.01, "maximum": 1},
+                    "step_overhead_ms": {"type": "number", "minimum": 0, "maximum": 1e6}}
+    assert set(scheduler_props) == set(S.SCHEDULER_KEYS) and set(timing_props) == set(S.TIMING_KEYS)
+    top = {
+        "name": {"type": "string"}, "seed": {"type": "integer", "minimum": 0},
+        "experiment": {"enum": list(S.EXPERIMENTS)},
+        "model": {"type": "string", "description": "any `kvplan size` model argument"},
+        "kv_dtype": {"enum": list(KV_DTYPE_CHOICES)}, "tp": {"type": "integer", "minimum": 1, "maximum": 4096},
+        "gpu": {"type": "string", "description": "a GPU of the catalog (kvplan gpus)"},
+        "pool": pool, "requests": _requests(),
+        "allocators": {"type": "array", "items": allocator, "minItems": 1},
+        "scheduler": _closed(scheduler_props), "timing": _closed(timing_props),
+        "prefix": {"type": "object", "description": "experiment prefix: shared prompts (workloads/SCHEMA.md)"},
+        "sampling": {"type": "object", "description": "experiment sharing: parallel sampling and beam search"},
+    }
+    assert set(top) == set(S.TOP_KEYS)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://kvplan.dev/schema/workload.json", "title": "kvplan workload file",
+            **_closed(top, ("pool", "requests"))}
