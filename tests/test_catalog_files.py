@@ -99,6 +99,9 @@ FAMILY_KEYS: dict[str, list] = {
     "chatglm": ["hidden_size", "num_layers", "num_attention_heads", "multi_query_attention", "multi_query_group_num",
                 "kv_channels", "ffn_hidden_size", "padded_vocab_size", "seq_length"],
     "opt": [*_DECODER, "ffn_dim", "word_embed_proj_dim", "do_layer_norm_before"],
+    "glm4_moe": [*_GQA, "head_dim", "n_routed_experts", "n_shared_experts", "moe_intermediate_size",
+                 "first_k_dense_replace", "num_experts_per_tok"],
+    "olmo2": _GQA,
 }
 NESTED_FAMILIES = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 

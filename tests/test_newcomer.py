@@ -173,3 +173,10 @@ def test_the_serve_plot_names_the_workload_and_shares_its_time_axis(tmp_path, mo
     results = [simulate(wl, spec) for spec in wl.allocators[-2:]]
     serve_view.plot_serve(results, tmp_path / "p.png", wl.name)
     assert seen["title"].startswith("kwon-sharegpt:") and "paged-B16" in seen["title"] and seen["shared"]
+
+
+def test_capacity_and_prefix_tables_fold_rather_than_cut_at_80_columns(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_cli("simulate", "lesson", "--block-sizes", "1-64")
+    assert code == 0 and "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    assert "utilization" in out and "129,887" in out

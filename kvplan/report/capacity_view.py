@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvplan.report.output import console
+from kvplan.report.output import console, print_table
 
 
 def render_capacity(doc: dict) -> None:
@@ -21,7 +21,7 @@ def render_capacity(doc: dict) -> None:
         table.add_row(r["label"], f"{r['admitted']:,}", f"{ratio:.2f}x" if ratio else "-",
                       f"{r['allocated_slots']:,}", f"{r['tokens_stored']:,}", f"{r['wasted_slots']:,}",
                       f"{100 * r['utilization']:.1f}%")
-    out.print(table)
+    print_table(out, table)
     out.print(_breakdown_table(results))
     for line in summary_lines(results):
         out.print(line)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvplan.report.output import console
+from kvplan.report.output import console, print_table
 
 
 def render_prefix(doc: dict) -> None:
@@ -21,7 +21,7 @@ def render_prefix(doc: dict) -> None:
                       f"{r['queries']:,}", f"{r['hits']:,}", f"{100 * r['hit_rate']:.2f}%",
                       f"{r['prefill_tokens_saved']:,}", f"{r['blocks_evicted']:,}")
     out = console()
-    out.print(table)
+    print_table(out, table)
     skipped = sum(r["skipped"] for r in doc["results"])
     if skipped:
         out.print(f"[dim]note: {skipped:,} replays skipped a prompt larger than the whole cache.[/dim]")
@@ -37,7 +37,7 @@ def render_sharing(doc: dict) -> None:
     for r in doc["results"]:
         table.add_row(r["label"], r["mode"] + (f" ({r['parent']} parent)" if r["parent"] else ""),
                       str(r["width"]), f"{100 * r['saving']:.1f}%", f"{100 * r['peak_saving']:.1f}%")
-    console().print(table)
+    print_table(console(), table)
     console().print("[dim]Kwon et al. (SOSP'23) report 6.1-9.8% saved for parallel sampling and 37.6-55.2% "
                     "for beam search on Alpaca.[/dim]")
 
