@@ -180,3 +180,31 @@ def test_capacity_and_prefix_tables_fold_rather_than_cut_at_80_columns(run_cli, 
     code, out, _ = run_cli("simulate", "lesson", "--block-sizes", "1-64")
     assert code == 0 and "…" not in out and max(len(line) for line in out.splitlines()) <= 80
     assert "utilization" in out and "129,887" in out
+
+
+def test_flag_only_runs_use_vllms_start_up_pool_and_name_their_flags(run_cli):
+    from kvplan.model.size import size
+
+    code, out, err = run_cli("simulate", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L40S",
+                             "--count", "20", "--json", "--show-workload")
+    pool = size("meta-llama/Llama-3.1-8B-Instruct", gpu="L40S", tokens=1200).report.kv_pool_bytes
+    assert code == 0 and f"kv_memory: {pool}" in err
+    for args, flag in ((["--prompt", "200k"], "--prompt"), (["--tp", "0"], "--tp"), (["--gpu", ""], "--gpu"),
+                       (["--rate", "nan"], "--rate")):
+        code, _, err = run_cli("simulate", "--model", "meta-llama/Llama-3.1-8B-Instruct", *args)
+        assert code == 2 and err.startswith(f"kvplan: error: {flag}") and "/tmp" not in err, (args, err)
+    code, _, err = run_cli("simulate", "lesson", "--count", "3")
+    assert code == 2 and "--count" in err
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--gpu", "H100-80GB,H200", "--engine", "bogus"], "--engine"),
+    (["--gpu", "H100-80GB,H200", "--tokens", "abc"], "--tokens"),
+    (["--gpu", "H100-80GB,H200", "--kv-dtype", "bogus"], "--kv-dtype"),
+    (["--gpu", "H100-80GB,H200", "--vllm-version", "abc"], "--vllm-version"),
+    (["--tp", "1,2"], "--tp"),
+    (["--tp", "\u00b2"], "--tp"),
+])
+def test_a_comparison_refuses_bad_options_like_a_single_run(run_cli, args, field):
+    code, out, err = run_cli("size", "meta-llama/Llama-3.1-8B-Instruct", *args)
+    assert code == 2 and out == "" and field in err and err.count("\n") == 1

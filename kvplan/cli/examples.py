@@ -28,7 +28,7 @@ def examples(json: JsonOpt = False) -> None:
     console().print(table)
 
 
-def schema() -> None:
+def schema(json: JsonOpt = False) -> None:
     """Print the JSON Schema of the workload file, for editors to complete and check it."""
     import json as json_module
     import sys

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvplan.cli.options import JsonOpt, KvDtypeOpt, TpOpt
+from kvplan.cli.options import JsonOpt, KvDtypeOpt
 
 
 def size(

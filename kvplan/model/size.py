@@ -132,20 +132,17 @@ def size(
             other = size_model(layout, tokens=length, batch=1, block_size=block_size, weight_bytes=weights.bytes,
                                weight_bytes_per_gpu=weights.bytes_per_gpu(tp), params=weights.params, gpu=gpu_spec,
                                gpu_memory_utilization=gpu_memory_utilization, engine=engine,
-                               engine_options=report_options(report, gpu_memory_utilization, max_num_batched_tokens,
-                                                             max_num_seqs, enforce_eager, vllm_version,
-                                                             enable_prefix_caching),
+                               engine_options=EngineOptions(
+                                   gpu_memory_utilization=gpu_memory_utilization,
+                                   max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                                   enforce_eager=enforce_eager, release=vllm_version,
+                                   enable_prefix_caching=enable_prefix_caching),
                                engine_shape=engine_shape(spec))
             at[length] = round(other.vllm_concurrency, 2) if other.reason is None else 0.0
     run = replace(run, concurrency_at=at)
     if not report.fits:
         run = replace(run, would_fit=_would_fit(model, gpu_spec.name, tp, fit_args))
     return run
-
-
-def report_options(report, utilization, batched, seqs, eager, release, prefix) -> EngineOptions:
-    return EngineOptions(gpu_memory_utilization=utilization, max_num_batched_tokens=batched, max_num_seqs=seqs,
-                         enforce_eager=eager, release=release, enable_prefix_caching=prefix)
 
 
 def _would_fit(model: str, gpu: str, tp: int, args: dict) -> dict:
@@ -164,7 +161,11 @@ def _would_fit(model: str, gpu: str, tp: int, args: dict) -> dict:
                 continue
     for name in sorted(gpu_names(), key=lambda n: get_gpu(n).memory_bytes):
         if name != gpu and get_gpu(name).memory_bytes > get_gpu(gpu).memory_bytes:
-            if size(model, gpu=name, tp=tp, explore=False, **args).report.fits:
+            try:
+                fits = size(model, gpu=name, tp=tp, explore=False, **args).report.fits
+            except KvplanError:
+                continue
+            if fits:
                 found["gpu"] = name
                 break
     return found
@@ -177,7 +178,7 @@ def parse_list(text: str, field: str, integers: bool = False) -> list:
         raise UsageError(f"expected one value or a comma-separated list of up to 32, got {str(text)[:60]!r}",
                          field=field)
     if integers:
-        if not all(t.isdigit() and 1 <= int(t) <= 65_536 for t in items):
+        if not all(t.isascii() and t.isdigit() and 1 <= int(t) <= 65_536 for t in items):
             raise UsageError(f"expected whole numbers from 1 to 65,536, got {str(text)[:60]!r}", field=field)
         return [int(t) for t in items]
     return items
@@ -187,6 +188,8 @@ def size_grid(model: str, gpus: list, tps: list[int], options: dict) -> list[dic
     """One row per GPU and TP degree: the fit, or why there is none (a row, not an error)."""
     from kvplan.errors import KvplanError
 
+    if gpus == [None] and options.get("kv_memory") is None:
+        raise UsageError("a comparison of TP degrees needs a GPU (--gpu) or --kv-memory", field="--tp")
     rows = []
     for gpu in gpus:
         for tp in tps:
@@ -194,7 +197,7 @@ def size_grid(model: str, gpus: list, tps: list[int], options: dict) -> list[dic
             try:
                 r = size(model, gpu=gpu, tp=tp, explore=False, **options).report
             except KvplanError as exc:
-                if exc.field in ("--gpu", "gpu", "model", "--model"):
+                if exc.field != "tp":  # only a TP degree that cannot split the heads is a row
                     raise
                 rows.append({**row, "fits": False, "reason": str(exc)})
                 continue

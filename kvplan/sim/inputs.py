@@ -90,9 +90,10 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
     clock = make_clock(workload.timing, workload.pool, s.max_num_batched_tokens)
     if allocator.kind == "paged":
         b = _int_at_least(allocator.block_size, 1, "allocator.block_size")
-        num_blocks = slots // b - (1 if s.null_block else 0)  # block 0: vLLM's null block
+        num_blocks = max(slots // b - (1 if s.null_block else 0), 0)  # block 0: vLLM's null block
         if num_blocks * b < s.max_model_len:
-            raise WorkloadError(f"the pool holds {num_blocks} blocks of {b} slots, fewer than one "
+            null = " (besides vLLM's null block)" if s.null_block else ""
+            raise WorkloadError(f"the pool holds {num_blocks} blocks of {b} slots{null}, fewer than one "
                                 f"request of max_model_len {s.max_model_len} needs",
                                 field="pool.slots")
         return SimSetup(allocator.label, True, None, b, num_blocks, slots, 0, s, clock)

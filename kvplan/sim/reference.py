@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvplan.memory.contiguous import ContiguousPool
+from kvplan.model.step_time import prefill_pairs
 from kvplan.sim.inputs import SimSetup, make_setup, prepared_chunks
 from kvplan.sim.metrics import RawRun, ServeResult, build_result
 from kvplan.sim.sampling import TIMELINE_POINTS, TimelineSampler
@@ -117,7 +118,7 @@ class ReferenceSim:
                 self.admit(work, budget)
         by_id = {r.rid: r for r in self.running}
         kv_read = sum(by_id[rid].held for rid in work)
-        pairs = sum(n * by_id[rid].held + n * (n + 1) // 2 for rid, n in work.items() if by_id[rid].prefilling)
+        pairs = sum(prefill_pairs(n, by_id[rid].held) for rid, n in work.items() if by_id[rid].prefilling)
         dt = self.clock.step_ticks(kv_read, sum(work.values()), len(work), pairs)
         self.account(work, dt)
         self.execute(work, self.t + dt)
