@@ -8,7 +8,9 @@ catalog, predicts:
 - "Available KV cache memory" (V1 logs only; V0 profiled differently): target within
   max(5%, 1 GiB);
 - the start/fail verdict, when the log shows enough settings to decide it.
-A setting the log does not state takes vLLM's default (the utilization of the log's release,
+Logs of several GPUs whose split is not stated, and data- or expert-parallel runs (more GPUs
+than TP x PP), are skipped: kvplan models tensor parallelism only. A setting the log does not
+state takes vLLM's default (the utilization of the log's release,
 max_model_len the model's context, the batch defaults of `vllm serve`). Each log is predicted
 with the rules of the release it states; a log that states none predates the corpus's newest
 entries and takes the pre-0.21 rules (vllm_memory.release_rules).
@@ -66,6 +68,9 @@ def predict(entry: dict):
     name = entry["model"]
     if (entry.get("pp") or 1) > 1:
         return None  # pipeline parallelism is not modelled yet
+    gpus = entry.get("gpu_count") or 1
+    if (entry["tp"] is None and gpus > 1) or gpus > (entry["tp"] or 1):
+        return None  # the split over GPUs is not stated, or data/expert parallelism (not modelled)
     spec = spec_of(name)
     if spec is None:
         return None

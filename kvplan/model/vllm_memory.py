@@ -74,7 +74,8 @@ class ReleaseRules:
 
 def release_rules(release: str) -> ReleaseRules:
     """The rules of vLLM `release` ("0.11", "0.21.1", "v0.29.0"); UsageError for anything else."""
-    match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,3})?(?:\.post\d+|rc\d+)?", str(release).strip())
+    match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,3})?(?:\.post\d+|rc\d+|\.dev\d+)*(?:\+[\w.]+)?",
+                         str(release).strip())
     major, minor = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
     if major == 0 and minor < OLDEST_RELEASE:
         raise UsageError(f"expected a vLLM release from 0.{OLDEST_RELEASE} on, such as {VLLM_RELEASE} or "
