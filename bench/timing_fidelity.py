@@ -17,6 +17,7 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
 - ShareGPT lengths are lognormal (sigma 1.0, as workloads/kwon-sharegpt.yaml) with the means the
   measurement's own totals imply (input = (total - output tokens/s) / requests/s, output =
   output tokens/s / requests/s), else 215 in / 194 out (the gpustack ShareGPT runs' means).
+- Runs with expert parallelism are skipped (kvplan splits experts by TP only).
 - fp8 on a bf16 catalog checkpoint is vLLM's online fp8 (W8A8); "H100" without a form factor is
   the SXM part; engines' own CPU overheads differ (kvplan/model/step_time.ENGINE_OVERHEADS).
 
@@ -102,6 +103,8 @@ def build_case(entry: dict, constants=None, factors=None):
     spec, online = _spec_and_quant(entry["model"], entry.get("quantization"))
     if gpu_name is None or spec is None:
         return None
+    if re.search(r"expert[- ]parallel", str(entry.get("notes")), re.I):
+        return None  # expert parallelism is not modelled (kvplan splits MoE experts by TP)
     gpu = get_gpu(gpu_name)
     tp = entry["tp"] or int((re.match(r"(\d+)x", str(entry["gpu"])) or [0, 1])[1])
     setup, measured = entry["setup"], entry["measured"]
