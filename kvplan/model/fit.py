@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from kvplan.errors import UsageError
 from kvplan.model.gpus import GPU
 from kvplan.model.layout import KVLayout
-from kvplan.model.vllm_kv_groups import KVGroups, is_hybrid, kv_groups
+from kvplan.model.vllm_kv_groups import KVGroups, is_hybrid, kv_groups, longest_fitting
 from kvplan.model.vllm_memory import (SERVE_BATCH_LARGE, EngineOptions, StartupMemory, max_len_reason,
                                       no_kv_reason, startup_memory, weights_reason)
 
@@ -186,16 +186,5 @@ def pool_fit(layout: KVLayout, pool: int, tokens: int, block_size: int) -> dict:
 
 def longest_context(layout: KVLayout, usable_bytes: int, block_size: int) -> int:
     """The longest single request, up to the model's context, that fits in `usable_bytes` (0 if none)."""
-    if layout.seq_bytes_in_blocks(1, block_size) > usable_bytes:
-        return 0
-    limit = layout.max_context or MAX_TOKENS
-    if layout.seq_bytes_in_blocks(limit, block_size) <= usable_bytes:
-        return limit
-    lo, hi = 1, limit
-    while lo + 1 < hi:
-        mid = (lo + hi) // 2
-        if layout.seq_bytes_in_blocks(mid, block_size) <= usable_bytes:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return longest_fitting(lambda n: layout.seq_bytes_in_blocks(n, block_size), usable_bytes,
+                           layout.max_context or MAX_TOKENS)

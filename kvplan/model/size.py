@@ -98,24 +98,15 @@ def size(
     if tokens is None and spec.max_context is None:
         raise ConfigError("missing; the config states no context length (ALiBi models such as BLOOM "
                           "have none), so give --tokens", file=spec.source, field="max_position_embeddings")
-    report = size_model(
-        layout,
-        tokens=tokens if tokens is not None else spec.max_context,
-        batch=batch,
-        block_size=block_size,
-        weight_bytes=weights.bytes,
-        weight_bytes_per_gpu=weights.bytes_per_gpu(tp),
-        params=weights.params,
-        gpu=gpu_spec,
-        gpu_memory_utilization=gpu_memory_utilization,
-        kv_memory=kv_bytes,
-        engine=engine,
-        engine_options=EngineOptions(
-            gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, release=vllm_version,
-            enable_prefix_caching=enable_prefix_caching),
-        engine_shape=engine_shape(spec),
-    )
+    options = EngineOptions(
+        gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, release=vllm_version,
+        enable_prefix_caching=enable_prefix_caching)
+    common = dict(block_size=block_size, weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp),
+                  params=weights.params, gpu=gpu_spec, gpu_memory_utilization=gpu_memory_utilization, engine=engine,
+                  engine_options=options, engine_shape=engine_shape(spec))
+    report = size_model(layout, tokens=tokens if tokens is not None else spec.max_context, batch=batch,
+                        kv_memory=kv_bytes, **common)
     if spec.max_context is not None and report.tokens > spec.max_context:
         notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")
     run = SizeRun(report, layout, tuple(notes))
@@ -129,15 +120,7 @@ def size(
     at = {}
     for length in COMMON_CONTEXTS:
         if length != report.tokens and (spec.max_context is None or length <= spec.max_context):
-            other = size_model(layout, tokens=length, batch=1, block_size=block_size, weight_bytes=weights.bytes,
-                               weight_bytes_per_gpu=weights.bytes_per_gpu(tp), params=weights.params, gpu=gpu_spec,
-                               gpu_memory_utilization=gpu_memory_utilization, engine=engine,
-                               engine_options=EngineOptions(
-                                   gpu_memory_utilization=gpu_memory_utilization,
-                                   max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                                   enforce_eager=enforce_eager, release=vllm_version,
-                                   enable_prefix_caching=enable_prefix_caching),
-                               engine_shape=engine_shape(spec))
+            other = size_model(layout, tokens=length, batch=1, **common)
             at[length] = round(other.vllm_concurrency, 2) if other.reason is None else 0.0
     run = replace(run, concurrency_at=at)
     if not report.fits:

@@ -93,18 +93,24 @@ class KVGroups:
 
     def longest_context(self, pool: int, batched_tokens: int, limit: int) -> int:
         """The longest max_model_len, up to `limit`, whose request fits in `pool` (0 if none)."""
-        if self.request_bytes(1, batched_tokens) > pool:
-            return 0
-        if self.request_bytes(limit, batched_tokens) <= pool:
-            return limit
-        lo, hi = 1, limit
-        while lo + 1 < hi:
-            mid = (lo + hi) // 2
-            if self.request_bytes(mid, batched_tokens) <= pool:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return longest_fitting(lambda n: self.request_bytes(n, batched_tokens), pool, limit)
+
+
+def longest_fitting(cost, budget: int, limit: int) -> int:
+    """The largest n in 1..limit with cost(n) <= budget, for a cost that grows with n (0 if none):
+    vLLM's bisection for the longest max_model_len that fits."""
+    if cost(1) > budget:
+        return 0
+    if cost(limit) <= budget:
+        return limit
+    lo, hi = 1, limit
+    while lo + 1 < hi:
+        mid = (lo + hi) // 2
+        if cost(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def kv_groups(layout: KVLayout, block_size: int, state_pages: int = 1) -> KVGroups | None:
