@@ -125,7 +125,7 @@ def build_case(entry: dict, constants=None, factors=None):
     c = constants or CONSTANTS
     factor = (factors or ENGINE_OVERHEAD_FACTOR).get(str(entry["engine"]), 1.0)
     c = replace(c, step_overhead_s=c.step_overhead_s * factor, request_overhead_s=c.request_overhead_s * factor,
-                frontend_latency_s=c.frontend_latency_s * factor)
+                frontend_latency_s=c.frontend_latency_s * factor, frontend_request_s=c.frontend_request_s * factor)
     step = step_model(spec, layout, weights, gpu, tp, constants=c)
     timing = TimingConfig(gpu_name=gpu.name, hbm_bytes_per_s=gpu.hbm_bytes_per_s, peak_flops=gpu.peak_bf16_flops,
                           step=step)
@@ -229,6 +229,7 @@ def fit(entries) -> None:
         "link_efficiency": [0.4, 0.55, 0.7, 0.85],
         "weight_only_gemm": [0.2, 0.35, 0.5, 0.7, 1.0],
         "frontend_latency_s": [0.0, 5e-3, 10e-3, 20e-3, 40e-3],
+        "frontend_request_s": [0.0, 0.5e-3, 1e-3, 2e-3, 4e-3, 8e-3],
     }
     from kvplan.model.step_time import ENGINE_OVERHEAD_FACTOR
 

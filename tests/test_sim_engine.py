@@ -64,9 +64,10 @@ def random_workload(seed: int, big: bool = False) -> tuple[Workload, AllocatorSp
 
 def random_step_model(rng):
     """A StepModel of random small sizes (dense or MoE, tp 1-4): ticks of tens to thousands."""
-    from kvplan.model.step_time import StepModel
+    from kvplan.model.step_time import StepConstants, StepModel
 
     experts = int(rng.choice([0, 8, 64]))
+    service = float(rng.choice([0.0, 1e-8, 1e-7]))  # the API server's time per request, in seconds
     return StepModel(
         hbm_bytes_per_s=1e12, peak_flops=float(rng.choice([1e13, 1e14])), attention_flops=1e14,
         link_bytes_per_s=1e11, tp=int(rng.integers(1, 5)), dense_bytes=int(rng.integers(0, 200_000)),
@@ -75,7 +76,7 @@ def random_step_model(rng):
         top_k=min(2, experts), lm_head_flops_per_request=float(rng.integers(0, 100_000)),
         kv_bytes_per_token=int(rng.integers(0, 5_000)), attention_flops_per_pair=float(rng.integers(0, 200_000)),
         hidden=int(rng.integers(8, 64)), num_layers=int(rng.integers(1, 8)),
-        enforce_eager=bool(rng.random() < 0.3))
+        enforce_eager=bool(rng.random() < 0.3), constants=StepConstants(frontend_request_s=service))
 
 
 def as_json(result) -> str:

@@ -35,6 +35,9 @@ one token per decoding request). Its time is the sum of the kernels it runs one 
   dequantize in their inner loop: their compute runs at WEIGHT_ONLY_GEMM x the bf16 efficiency.
 - FRONTEND_LATENCY_S: what a client measures on top of the engine's TTFT and E2E (HTTP,
   tokenization, the first streamed response); it adds to latencies, not to steps.
+- FRONTEND_REQUEST_S: the API server handles requests one at a time (a single process parses,
+  tokenizes and dispatches each), so a burst reaches the engine spread out by this much per
+  request (kvplan/sim/inputs.prepared_chunks); it matters only when requests arrive faster.
 
 Figures of the GPU (HBM bandwidth, dense bf16 and fp8 peaks, link bandwidth) are data-sheet
 values from kvplan/model/gpus.json. The constants in CAPITALS are the global ones fitted on the
@@ -57,10 +60,10 @@ from kvplan.model.weights import WeightEstimate, moe_shape
 class StepConstants:
     """The fitted global constants (see the module docstring)."""
 
-    bandwidth_efficiency: float = 0.80
+    bandwidth_efficiency: float = 0.85
     gemm_efficiency: float = 0.60
     gemm_half_tokens: float = 96.0
-    attention_efficiency: float = 0.45
+    attention_efficiency: float = 0.60
     step_overhead_s: float = 3.0e-3
     eager_overhead_per_layer_s: float = 60e-6
     request_overhead_s: float = 15e-6
@@ -68,6 +71,7 @@ class StepConstants:
     link_efficiency: float = 0.85
     weight_only_gemm: float = 0.35  # weight-only quantized GEMMs (GPTQ/AWQ/MXFP4...): share of bf16's efficiency
     frontend_latency_s: float = 40e-3  # the API server's share of TTFT and E2E (not a GPU step)
+    frontend_request_s: float = 8e-3  # the API server's time per request, served one at a time
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,7 +82,7 @@ CONSTANTS = StepConstants()
 # for comparing with their published measurements (bench/timing_fidelity.py): a C++ runtime
 # (TensorRT-LLM) schedules and samples with less host time than Python ones. kvplan simulates
 # vLLM, whose factor is 1.
-ENGINE_OVERHEAD_FACTOR = {"vllm": 1.0, "sglang": 0.8, "tensorrt-llm": 0.25, "other": 0.75}
+ENGINE_OVERHEAD_FACTOR = {"vllm": 1.0, "sglang": 0.75, "tensorrt-llm": 0.25, "other": 1.0}
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,7 @@ class KernelState:
         self.timeline = np.zeros((timeline_points, 8), dtype=np.int64)
         self.acc = np.zeros((K.NUM_INTEGRALS, 4), dtype=np.int64)
         self.clipped = 0
+        self.sent: list[np.ndarray] = []  # client send ticks, when the API server delays requests
 
     @property
     def loaded(self) -> int:
@@ -111,6 +112,8 @@ class KernelState:
             self.st[K.NOW] = self.st[K.ORIGIN] = chunk.arrival[0]
         self.st[K.LOADED] = n + m
         self.clipped += chunk.clipped
+        if chunk.sent is not None:
+            self.sent.append(chunk.sent)
 
     def run(self, final: bool, progress: Callable[[int, int], None] | None = None) -> None:
         """Simulate as far as the loaded requests allow (to the end when `final`)."""
@@ -150,6 +153,7 @@ class KernelState:
             peak_running=int(st[K.PEAK_RUNNING]), t_origin=int(st[K.ORIGIN]), t_end=int(st[K.NOW]),
             integrals=integrals, timeline=self.timeline[:int(st[K.SAMPLES])].copy(),
             timeline_delta=int(st[K.SAMPLE_EVERY]),
+            sent=np.concatenate(self.sent) if self.sent else None,
         )  # fmt: skip
 
 

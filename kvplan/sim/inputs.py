@@ -51,11 +51,12 @@ class SimSetup:
 class PreparedChunk:
     """Requests ready to simulate: int64 arrival ticks, prompt, output, contiguous reservation."""
 
-    arrival: np.ndarray
+    arrival: np.ndarray  # ticks the engine sees the request (after the API server, if modelled)
     prompt: np.ndarray
     output: np.ndarray
     reserve: np.ndarray  # 0 for paged
     clipped: int
+    sent: np.ndarray | None = None  # ticks the client sent it, when the API server delays it
 
     def __len__(self) -> int:
         return len(self.prompt)
@@ -128,8 +129,14 @@ def clip_lengths(prompt, output, max_model_len: int, already=None) -> tuple[np.n
 
 
 def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChunk]:
-    """The workload's requests, chunk by chunk, clipped, in ticks, with reservations."""
+    """The workload's requests, chunk by chunk, clipped, in ticks, with reservations.
+
+    With the physical clock's API-server service time s, requests reach the engine one at a time:
+    the engine sees request i at max(sent_i, seen_{i-1} + s) (one server, in arrival order), so a
+    burst of N requests spreads over N x s; latencies still count from the client's send."""
     last = -1
+    service = setup.clock.frontend_service
+    seen_last = None
     for chunk in workload.make_requests():
         if len(chunk) == 0:
             continue
@@ -143,4 +150,13 @@ def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChu
             reserve = np.zeros_like(p)
         else:
             reserve = contiguous_reservations(p + o - 1, setup.policy, setup.limit)  # final KV held
+        if service > 0:
+            steps = service * np.arange(len(ticks), dtype=np.int64)
+            floor = np.maximum.accumulate(ticks - steps)
+            if seen_last is not None:
+                floor = np.maximum(floor, seen_last + service)
+            seen = floor + steps
+            seen_last = int(seen[-1])
+            yield PreparedChunk(seen, p, o, reserve, clipped, sent=ticks)
+            continue
         yield PreparedChunk(ticks, p, o, reserve, clipped)

@@ -58,6 +58,7 @@ class RawRun:
     integrals: dict[str, int]  # keys INTEGRALS: sums of value x step ticks
     timeline: np.ndarray  # (points, 8) int64, columns TIMELINE_FIELDS, time in ticks
     timeline_delta: int  # ticks between timeline points
+    sent: np.ndarray | None = None  # per request, ticks the client sent it (None: its arrival)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +191,7 @@ def breakdown_integrals(raw: RawRun, setup: SimSetup) -> dict[str, int]:
 def _latencies(raw: RawRun, per_unit: int, frontend: int = 0) -> dict[str, Stats]:
     """Latencies as a client measures them: `frontend` ticks (the API server's request and
     first-response handling, outside the GPU's steps) are added to TTFT and E2E."""
-    arrival, out = raw.arrival, raw.output
+    arrival, out = (raw.arrival if raw.sent is None else raw.sent), raw.output
     e2e = (raw.finish - arrival + frontend) / per_unit
     ttft = (raw.first_token - arrival + frontend) / per_unit
     many = out > 1
@@ -239,6 +240,8 @@ def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False)
     if record_requests:
         times = {k: getattr(raw, k) / per_unit
                  for k in ("arrival", "admitted", "first_token", "finish")}
+        if raw.sent is not None:
+            times["arrival"] = raw.sent / per_unit  # when the client sent it
         records = RequestRecords({**times, "prompt": raw.prompt, "output": raw.output,
                                   "preemptions": raw.preemptions})
     return ServeResult(

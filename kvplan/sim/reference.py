@@ -56,6 +56,7 @@ class Req:
     first_token: int = -1
     finish: int = -1
     preemptions: int = 0
+    sent: int = -1  # the client's send tick, when the API server delays the request (-1: its arrival)
 
     @property
     def prefilling(self) -> bool:
@@ -287,13 +288,21 @@ def simulate_reference(workload: Workload, allocator: AllocatorSpec, *, progress
     """Run the reference simulator: same signature and result as `engine.simulate`."""
     setup = make_setup(workload, allocator)
     reqs, clipped = [], 0
+    delayed = False
     for chunk in prepared_chunks(workload, setup):
         clipped += chunk.clipped
-        for a, p, o, r in zip(chunk.arrival.tolist(), chunk.prompt.tolist(),
-                              chunk.output.tolist(), chunk.reserve.tolist()):
-            reqs.append(Req(len(reqs), a, p, o, r, target=p))
+        sent = chunk.sent if chunk.sent is not None else chunk.arrival
+        delayed |= chunk.sent is not None
+        for a, p, o, r, t in zip(chunk.arrival.tolist(), chunk.prompt.tolist(),
+                                 chunk.output.tolist(), chunk.reserve.tolist(), sent.tolist()):
+            reqs.append(Req(len(reqs), a, p, o, r, target=p, sent=t))
     sim = ReferenceSim(setup, reqs, timeline_points)
     sim.run()
     if progress is not None:
         progress(len(reqs), len(reqs))
-    return build_result(sim.raw(clipped), setup, record_requests=record_requests)
+    raw = sim.raw(clipped)
+    if delayed:
+        from dataclasses import replace
+
+        raw = replace(raw, sent=np.array([r.sent for r in reqs], dtype=np.int64))
+    return build_result(raw, setup, record_requests=record_requests)

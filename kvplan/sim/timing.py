@@ -52,6 +52,7 @@ class StepClock:
     linear: tuple[int, ...] = ()  # physical: ticks of the linear layers for 0, 1, ... tokens
     linear_slope: int = 0  # physical: ticks per token beyond the table
     frontend: int = 0  # physical: ticks a client sees on top of TTFT and E2E (the API server)
+    frontend_service: int = 0  # physical: ticks the API server spends on each request, one at a time
 
     @property
     def ticks_per_unit(self) -> int:
@@ -161,4 +162,5 @@ def _physical_clock(step, token_budget: int) -> StepClock:
     return StepClock(timed=True, overhead=overhead, kv_per_token=_ticks(step.kv_read_s_per_token),
                      physical=True, per_request=_ticks(step.per_request_s),
                      attention_per_pair=_ticks(step.attention_s_per_pair), linear=linear, linear_slope=slope,
-                     frontend=_ticks(step.constants.frontend_latency_s))
+                     frontend=_ticks(step.constants.frontend_latency_s),
+                     frontend_service=_ticks(step.constants.frontend_request_s))
