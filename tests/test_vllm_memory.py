@@ -322,3 +322,20 @@ def test_any_quantization_config_gives_weights_or_one_error():
         assert w.bytes > 0 and w.scheme
 
     check()
+
+
+def test_a_multimodal_checkpoint_keeps_its_top_level_quantization_config():
+    """Llama 4 and Gemma 3 nest the language model in text_config, and their quantized uploads
+    put quantization_config at the top: the weights are still sized by it."""
+    spec = load_spec("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    plain = estimate_weights(spec)
+    fp8 = estimate_weights(read_model({**spec_raw_top("meta-llama/Llama-4-Scout-17B-16E-Instruct"),
+                                       "quantization_config": {"quant_method": "fp8"}}, "scout-fp8", "test"))
+    assert fp8.scheme.startswith("fp8") and fp8.bytes < 0.6 * plain.bytes
+
+
+def spec_raw_top(model: str) -> dict:
+    from kvplan.model.config import load_config
+    from kvplan.model.resolve import resolve
+
+    return load_config(resolve(model).path)

@@ -152,6 +152,9 @@ def read_model(raw: dict[str, Any], name: str, source: str) -> ModelSpec:
     layers = _layers(cfg, model_type, num_layers, hidden, heads, context or MAX_VALUE)
     vocab = cfg.int("vocab_size", "padded_vocab_size")
     tie = cfg.bool("tie_word_embeddings", default=_ties_by_default(model_type))
+    spec_raw = cfg.raw
+    if cfg is not top and "quantization_config" in raw and "quantization_config" not in spec_raw:
+        spec_raw = {**spec_raw, "quantization_config": raw["quantization_config"]}  # where the hub puts it
     return ModelSpec(
         name=name,
         source=source,
@@ -164,7 +167,7 @@ def read_model(raw: dict[str, Any], name: str, source: str) -> ModelSpec:
         vocab_size=vocab,
         tie_embeddings=tie,
         layers=tuple(layers),
-        raw=cfg.raw,
+        raw=spec_raw,
     )
 
 
