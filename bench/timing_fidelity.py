@@ -1,7 +1,7 @@
 """Fidelity of the step-time model: kvplan's serve engine against cited published measurements.
 
 Reads tests/data/step_time_measurements.yaml (every number copied from its source) and, for each
-measurement whose model resolves (the catalog, or a re-upload of a catalog model named below)
+measurement whose model resolves (the catalog, or a re-upload of a catalog model, as kvplan resolves it)
 and whose GPU is in the GPU catalog, simulates the benchmark with kvplan's engine and compares:
 - offline throughput (fixed lengths or ShareGPT-like, all requests at once): output tokens/s;
 - latency (batch 1, one output token): TTFT;
@@ -48,14 +48,6 @@ CORPUS = ROOT / "tests" / "data" / "step_time_measurements.yaml"
 SHAREGPT_MEANS = (215, 194)
 SIGMA = 1.0
 MAX_REQUESTS = 6000  # longer benchmarks are cut to their first 6,000 requests (steady state by then)
-# Re-uploads of catalog models: (catalog model, vLLM's online quantization or None).
-CHECKPOINTS = {
-    "nvidia/Llama-3.1-8B-Instruct-FP8": ("meta-llama/Llama-3.1-8B-Instruct", "fp8"),
-    "nvidia/Llama-3.3-70B-Instruct-FP8": ("meta-llama/Llama-3.3-70B-Instruct", "fp8"),
-    "nvidia/Qwen3-235B-A22B-FP8": ("Qwen/Qwen3-235B-A22B", "fp8"),
-    "nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8": ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "fp8"),
-    "Qwen/Qwen3-8B-FP8": ("Qwen/Qwen3-8B", "fp8"),
-}
 GPU_PATTERNS = [  # first match wins: (regex on the source's GPU text, catalog name)
     (r"H100 NVL", None), (r"H200", "H200"), (r"H100.*PCIe", "H100-PCIe"), (r"H100", "H100-80GB"),
     (r"A100.*40", "A100-40GB"), (r"A100", "A100-80GB"), (r"L40S", "L40S"), (r"\bL4\b", "L4"),
@@ -78,13 +70,11 @@ def _spec_and_quant(model: str, quantization: str | None):
     from kvplan.errors import KvplanError
     from kvplan.model.resolve import load_spec
 
-    base, online = CHECKPOINTS.get(model, (model, None))
-    try:
-        spec = load_spec(base)
+    try:  # re-uploads (nvidia/...-FP8) resolve as the catalog model they are, with their quantization
+        spec = load_spec(model)
     except KvplanError:
         return None, None
-    if online is None and quantization == "fp8" and "quantization_config" not in spec.raw:
-        online = "fp8"
+    online = "fp8" if quantization == "fp8" and "quantization_config" not in spec.raw else None
     return spec, online
 
 
