@@ -208,3 +208,11 @@ def test_flag_only_runs_use_vllms_start_up_pool_and_name_their_flags(run_cli):
 def test_a_comparison_refuses_bad_options_like_a_single_run(run_cli, args, field):
     code, out, err = run_cli("size", "meta-llama/Llama-3.1-8B-Instruct", *args)
     assert code == 2 and out == "" and field in err and err.count("\n") == 1
+
+
+def test_a_rate_sweep_folds_at_80_columns(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_cli("simulate", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--count", "50",
+                           "--rates", "1,2,4,8,16,32,64,128,256")
+    assert code == 0 and "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    assert "256/s" in out and "max rate under bound" in out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from kvplan.report.output import console
+from kvplan.report.output import console, print_table
 
 BREAKDOWN = ("token_states", "reserved", "internal", "external", "free")
 
@@ -20,9 +20,6 @@ def _fixed(value, scale: float = 1.0) -> str:
         return "-"
     v = value * scale
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}"
-
-
-WIDE = 110  # narrower terminals (a pipe is 80) get the results as two tables, never cut numbers
 
 
 def render_serve(doc: dict) -> None:
@@ -41,24 +38,22 @@ def render_serve(doc: dict) -> None:
                     (f"TTFT p99 {unit}", lambda r: _fixed(r["ttft_s"]["p99"])),
                     (f"TPOT {per}", lambda r: _fixed(r["tpot_s"]["mean"], scale)),
                     (f"{unit}/token", lambda r: _fixed(r["normalized_latency_s"]["mean"])))
-    groups = [rate_cols + latency_cols] if out.width >= WIDE else [rate_cols, latency_cols]
-    for i, cols in enumerate(groups):
-        table = Table(title=title if i == 0 else None, title_justify="left")
-        table.add_column("allocator", no_wrap=True)
-        for name, _ in cols:
-            table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
-        for r in doc["results"]:
-            table.add_row(r["label"], *(cell(r) for _, cell in cols))
-        out.print(table)
+    table = Table(title=title, title_justify="left")
+    table.add_column("allocator")
+    for name, _ in rate_cols + latency_cols:
+        table.add_column(name, justify="right")
+    for r in doc["results"]:
+        table.add_row(r["label"], *(cell(r) for _, cell in rate_cols + latency_cols))
+    print_table(out, table)  # folded into two or more tables on a narrow terminal
     mem = Table(title="Time-averaged memory (Kwon et al. Figure 2 vocabulary, % of the pool)", title_justify="left")
     mem.add_column("allocator", no_wrap=True)
     for col in BREAKDOWN:
         mem.add_column(col.replace("_", " "), justify="right")
     for r in doc["results"]:
         mem.add_row(r["label"], *(f"{100 * r['memory_breakdown'][c]:.1f}" for c in BREAKDOWN))
-    out.print(mem)
+    print_table(out, mem)
     if doc.get("rate_sweep"):
-        out.print(_sweep_table(doc["rate_sweep"], unit))
+        print_table(out, _sweep_table(doc["rate_sweep"], unit))
     clipped = doc["results"][0].get("clipped", 0) if doc["results"] else 0
     if clipped:
         noun = "request was" if clipped == 1 else "requests were"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvplan.model.fit import SizeReport
 from kvplan.model.layout import KVLayout
-from kvplan.report.output import console
+from kvplan.report.output import console, print_table
 from kvplan.units import format_bytes
 
 
@@ -133,7 +133,7 @@ def render_grid(model: str, rows: list[dict]) -> None:
     table = Table(title=f"{model}: each GPU and TP degree", title_justify="left")
     for col, justify in (("GPU", "left"), ("TP", "right"), ("weights", "right"), ("KV pool", "right"),
                          ("conc.", "right"), ("longest", "right"), ("fits", "left")):
-        table.add_column(col, justify=justify, no_wrap=True, min_width=len(col))
+        table.add_column(col, justify=justify)
     tokens = next((r["tokens"] for r in rows if "tokens" in r), None)
     reasons: dict[str, list[str]] = {}
     for r in rows:
@@ -146,7 +146,7 @@ def render_grid(model: str, rows: list[dict]) -> None:
                       f"{r['vllm_concurrency']:.2f}x", f"{r['longest_context']:,}",
                       "yes" if r["fits"] else _why(r["reason"]))
     out = console()
-    out.print(table)
+    print_table(out, table)
     if tokens:
         out.print(f"[dim]per GPU; conc.: vLLM's Maximum concurrency for {tokens:,}-token requests; longest: "
                   "the longest single request that fits[/dim]")
