@@ -102,11 +102,15 @@ FAMILY_KEYS: dict[str, list] = {
     "glm4_moe": [*_GQA, "head_dim", "n_routed_experts", "n_shared_experts", "moe_intermediate_size",
                  "first_k_dense_replace", "num_experts_per_tok"],
     "olmo2": _GQA,
+    "olmoe": [*_GQA, "num_experts", "num_experts_per_tok"],
+    "granite": _GQA,
+    "smollm3": _GQA,
+    "minimax_m2": [*_GQA, "head_dim", "num_local_experts", "num_experts_per_tok"],
 }
 NESTED_FAMILIES = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 
 # Models whose published config sets no torch_dtype (the catalog keeps to the hub file).
-NO_DTYPE = {"openai-community/gpt2", "openai/gpt-oss-20b", "openai/gpt-oss-120b"}
+NO_DTYPE = {"openai-community/gpt2", "openai/gpt-oss-20b", "openai/gpt-oss-120b", "MiniMaxAI/MiniMax-M2"}
 
 
 def _text(cfg: dict) -> dict:

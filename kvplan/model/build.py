@@ -33,8 +33,9 @@ def build_layout(spec: ModelSpec, kv_dtype: str = "auto", tp: int = 1) -> KVLayo
     state_bits = DTYPE_BITS[spec.dtype]
     counts: dict[LayerSpec, int] = {}
     for layer in spec.layers:
-        if layer.kind != "none":
-            counts[layer] = counts.get(layer, 0) + 1
+        for mixer in layer.mixers:  # a parallel hybrid layer (Falcon-H1) adds to two groups
+            if mixer.kind != "none":
+                counts[mixer] = counts.get(mixer, 0) + 1
     groups = tuple(_group(layer, n, tp, bits, state_bits) for layer, n in counts.items())
     return KVLayout(model=spec.name, kv_dtype=name, tp=tp, groups=groups, max_context=spec.max_context)
 

@@ -8,7 +8,7 @@ one meaning, and per-family rules decide which layers keep per-token KV, a windo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,20 @@ class LayerSpec:
     window: int | None = None
     state_elems: int = 0
     state_heads: int = 0  # heads the state splits into under tensor parallelism
+    # A second token mixer that runs beside this one in the same decoder layer and keeps its own
+    # cache (Falcon-H1: attention and a Mamba2 mixer side by side in every layer). None for the
+    # usual one mixer per layer.
+    parallel: LayerSpec | None = None
+
+    @property
+    def mixers(self) -> tuple[LayerSpec, ...]:
+        """The token mixers of this decoder layer, each keeping its own cache: this one, then the
+        one in parallel with it. A layout has a group per mixer kind (vLLM gives each mixer of a
+        parallel hybrid its own KV cache spec, so a 44-layer Falcon-H1 has 44 attention and 44
+        Mamba cache layers)."""
+        if self.parallel is None:
+            return (self,)
+        return (replace(self, parallel=None), *self.parallel.mixers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +259,10 @@ def _layers(
         return _nemotron_h_layers(cfg, full, num_layers)
     if cfg.has("attn_layer_period") or model_type == "jamba":
         return _jamba_layers(cfg, full, hidden, num_layers)
+    if model_type == "falcon_h1":
+        return _falcon_h1_layers(cfg, full, hidden, num_layers)
+    if cfg.has("attn_type_list"):  # MiniMax-Text-01 / M1 / M2 (remote code): 0 = lightning, 1 = softmax
+        return _minimax_layers(cfg, full, heads, head_dim, num_layers)
     types = _layer_types(cfg, model_type, num_layers)
     windows = _windows(cfg, model_type, context)
     layers = []
@@ -255,7 +273,8 @@ def _layers(
             window = windows.get(kind)
             layers.append(full if window is None else LayerSpec("sliding", kv_heads, head_dim, head_dim, window=window))
         elif kind == "linear_attention":
-            layers.append(_gated_deltanet_state(cfg))
+            layers.append(_lightning_state(heads, head_dim) if model_type.startswith("minimax")
+                          else _gated_deltanet_state(cfg))
         else:
             raise ConfigError(
                 f"unknown layer type {kind!r} at layer {i}", file=cfg.source, field="layer_types"
@@ -344,19 +363,88 @@ def _nemotron_h_layers(cfg: ConfigReader, full: LayerSpec, num_layers: int) -> l
         raise ConfigError(
             f"expected {num_layers} characters, got {len(pattern)}", file=cfg.source, field="hybrid_override_pattern"
         )
-    n_heads = cfg.int("mamba_num_heads")
-    d_head = cfg.int("mamba_head_dim")
-    d_state = cfg.int("ssm_state_size")
-    groups = cfg.int("n_groups", default=1)
-    kernel = cfg.int("conv_kernel", default=4)
-    d_inner = n_heads * d_head
-    conv = (kernel - 1) * (d_inner + 2 * groups * d_state)
-    mamba = LayerSpec("state", state_elems=conv + d_inner * d_state, state_heads=n_heads)
+    mamba = mamba2_shape(cfg, "nemotron_h", 0).layer()
     kinds = {"M": mamba, "*": full, "-": LayerSpec("none"), "E": LayerSpec("none")}
     try:
         return [kinds[ch] for ch in pattern]
     except KeyError as exc:
         raise ConfigError(f"unknown layer code {exc.args[0]!r}", file=cfg.source, field="hybrid_override_pattern") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Mamba2Shape:
+    """The sizes of one Mamba2 mixer (Dao & Gu 2024, "Transformers are SSMs"), whatever the family
+    calls them. Per sequence it keeps what vLLM's MambaMixer2 allocates
+    (vllm/model_executor/layers/mamba/mamba_mixer2.py, mamba_utils.mamba2_state_shape): a
+    convolution window of `conv_kernel - 1` steps over the x, B and C channels and one
+    d_head x d_state SSM state per head."""
+
+    n_heads: int
+    d_head: int
+    d_state: int
+    n_groups: int
+    conv_kernel: int
+
+    @property
+    def d_inner(self) -> int:
+        return self.n_heads * self.d_head
+
+    @property
+    def conv_channels(self) -> int:
+        """x, B and C: d_inner + 2 x n_groups x d_state (the depthwise conv1d's channels)."""
+        return self.d_inner + 2 * self.n_groups * self.d_state
+
+    @property
+    def state_elems(self) -> int:
+        return (self.conv_kernel - 1) * self.conv_channels + self.n_heads * self.d_head * self.d_state
+
+    @property
+    def in_proj_width(self) -> int:
+        """Outputs of in_proj: z (d_inner), x, B, C (conv_channels) and dt (one per head)."""
+        return self.d_inner + self.conv_channels + self.n_heads
+
+    def layer(self) -> LayerSpec:
+        return LayerSpec("state", state_elems=self.state_elems, state_heads=self.n_heads)
+
+
+def mamba2_shape(cfg: ConfigReader, model_type: str, hidden: int) -> Mamba2Shape:
+    """The Mamba2 mixer of a Nemotron-H or a Falcon-H1 config, under the family's key names."""
+    if model_type == "falcon_h1":
+        return _falcon_h1_mamba(cfg, hidden)
+    return Mamba2Shape(n_heads=cfg.int("mamba_num_heads"), d_head=cfg.int("mamba_head_dim"),
+                       d_state=cfg.int("ssm_state_size"), n_groups=cfg.int("n_groups", default=1),
+                       conv_kernel=cfg.int("conv_kernel", default=4))
+
+
+def _falcon_h1_mamba(cfg: ConfigReader, hidden: int) -> Mamba2Shape:
+    """Falcon-H1's Mamba2 mixer, with the defaults of transformers' FalconH1Config
+    (models/falcon_h1/configuration_falcon_h1.py): its width is `mamba_d_ssm` (1024 when the key is
+    absent; `mamba_expand` x hidden, expand 2, when it is null, as FalconH1Mixer and vLLM's
+    FalconH1SSMDecoderLayer read it), split into `mamba_n_heads` heads (128) of `mamba_d_head`
+    ("auto": width / heads), with `mamba_n_groups` (1) groups of `mamba_d_state` (256) and a
+    `mamba_d_conv` (4) wide convolution. The config class requires heads x d_head = width."""
+    if "mamba_d_ssm" not in cfg.raw:
+        width = 1024
+    elif cfg.raw["mamba_d_ssm"] is None:
+        width = cfg.int("mamba_expand", default=2) * hidden
+    else:
+        width = cfg.int("mamba_d_ssm")
+    n_heads = cfg.int("mamba_n_heads", default=128)
+    d_head_raw = cfg.raw.get("mamba_d_head", "auto")
+    d_head = width // n_heads if d_head_raw in ("auto", None) else cfg.int("mamba_d_head")
+    if n_heads * d_head != width:
+        raise ConfigError(f"{n_heads} heads x {d_head} do not make the Mamba width {width}",
+                          file=cfg.source, field="mamba_d_head")
+    return Mamba2Shape(n_heads=n_heads, d_head=d_head, d_state=cfg.int("mamba_d_state", default=256),
+                       n_groups=cfg.int("mamba_n_groups", default=1), conv_kernel=cfg.int("mamba_d_conv", default=4))
+
+
+def _falcon_h1_layers(cfg: ConfigReader, full: LayerSpec, hidden: int, num_layers: int) -> list[LayerSpec]:
+    """Falcon-H1: every decoder layer runs attention and a Mamba2 mixer side by side on the same
+    input and sums their outputs (FalconH1DecoderLayer in transformers, whose layers_block_type is
+    "hybrid" for every layer; vLLM's FalconH1ParallelHybrid), so each layer keeps per-token K/V
+    and a per-sequence Mamba2 state. The legacy `attn_layer_indices` key is not read by either."""
+    return [replace(full, parallel=_falcon_h1_mamba(cfg, hidden).layer())] * num_layers
 
 
 def _jamba_layers(cfg: ConfigReader, full: LayerSpec, hidden: int, num_layers: int) -> list[LayerSpec]:
@@ -367,6 +455,27 @@ def _jamba_layers(cfg: ConfigReader, full: LayerSpec, hidden: int, num_layers: i
     conv = (cfg.int("mamba_d_conv", default=4) - 1) * d_inner
     mamba = LayerSpec("state", state_elems=conv + d_inner * cfg.int("mamba_d_state", default=16), state_heads=d_inner)
     return [full if i % period == offset else mamba for i in range(num_layers)]
+
+
+def _minimax_layers(cfg: ConfigReader, full: LayerSpec, heads: int, head_dim: int, num_layers: int) -> list[LayerSpec]:
+    """MiniMax's remote-code configs list each layer's attention in `attn_type_list`: 1 is softmax
+    attention (per-token K/V), 0 is lightning attention, a linear attention with a constant state
+    (vLLM's MiniMaxText01DecoderLayer reads `attention_type` per layer the same way; transformers'
+    own MiniMax config spells it as `layer_types` with "linear_attention", read in _layers)."""
+    kinds = cfg.raw.get("attn_type_list")
+    if not isinstance(kinds, list) or len(kinds) != num_layers or any(k not in (0, 1) or isinstance(k, bool)
+                                                                      for k in kinds):
+        raise ConfigError(f"expected a list of {num_layers} attention types, each 0 (lightning) or 1 (softmax)",
+                          file=cfg.source, field="attn_type_list")
+    lightning = _lightning_state(heads, head_dim)
+    return [full if kind == 1 else lightning for kind in kinds]
+
+
+def _lightning_state(heads: int, head_dim: int) -> LayerSpec:
+    """MiniMax lightning attention keeps one head_dim x head_dim key-value state per attention head,
+    in the model dtype (vLLM mamba_utils: linear_attention_state_shape is (heads / tp, head_dim,
+    head_dim), linear_attention_state_dtype the model's)."""
+    return LayerSpec("state", state_elems=heads * head_dim * head_dim, state_heads=heads)
 
 
 def _gated_deltanet_state(cfg: ConfigReader) -> LayerSpec:

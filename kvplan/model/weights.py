@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.errors import ConfigError
-from kvplan.model.config import ConfigReader, LayerSpec, ModelSpec
+from kvplan.model.config import ConfigReader, LayerSpec, ModelSpec, mamba2_shape
 from kvplan.model.dtypes import DTYPE_BITS
 from kvplan.model.quant import scheme_of
 
@@ -61,11 +61,12 @@ def estimate_weights(spec: ModelSpec, quantization: str | None = None) -> Weight
     embed = spec.vocab_size * hidden * (1 if spec.tie_embeddings else 2)
     attn = state = 0
     for i, layer in enumerate(spec.layers):
-        n = _attention_params(spec, cfg, layer, i)
-        if layer.kind == "state":
-            state += n
-        else:
-            attn += n
+        for mixer in layer.mixers:  # Falcon-H1: attention and Mamba2 in one layer, counted apart
+            n = _attention_params(spec, cfg, mixer, i)
+            if mixer.kind == "state":
+                state += n
+            else:
+                attn += n
     dense, router, experts, active_experts = _mlp_params(spec, cfg)
     expert_extra = _mxfp4_layout_bytes(spec, cfg, experts, scheme.bits_for("experts", bits)) \
         if scheme.name == "mxfp4" and experts else 0
@@ -76,7 +77,7 @@ def estimate_weights(spec: ModelSpec, quantization: str | None = None) -> Weight
                        for k, (n, b) in parts.items() if n)
     params = embed + attn + state + dense + router + experts
     active = params - experts + active_experts
-    kv = [layer for layer in spec.layers if layer.kind in ("full", "sliding")]
+    kv = [mixer for layer in spec.layers for mixer in layer.mixers if mixer.kind in ("full", "sliding")]
     kv_params = sum(2 * hidden * layer.num_kv_heads * layer.head_dim for layer in kv)
     return WeightEstimate(params=int(params), active_params=int(active),
                           bytes=sum(b for _, _, b in components), scheme=scheme.name,
@@ -105,16 +106,19 @@ def _attention_params(spec: ModelSpec, cfg: ConfigReader, layer: LayerSpec, inde
 
 def _state_params(spec: ModelSpec, cfg: ConfigReader) -> int:
     hidden = spec.hidden_size
+    if spec.model_type.startswith("minimax"):  # lightning attention: qkv (3x), output gate, out_proj
+        # vLLM MiniMaxText01LinearAttention: hidden -> 3 x inner, hidden -> inner, inner -> hidden,
+        # inner = heads x head_dim
+        inner = spec.num_heads * cfg.int("head_dim", default=hidden // spec.num_heads)
+        return 5 * hidden * inner
     if cfg.has("linear_num_value_heads"):  # gated DeltaNet
         v_heads = cfg.int("linear_num_value_heads")
         key_dim = cfg.int("linear_num_key_heads") * cfg.int("linear_key_head_dim")
         value_dim = v_heads * cfg.int("linear_value_head_dim")
         return hidden * (2 * key_dim + 2 * value_dim + 2 * v_heads) + value_dim * hidden
-    if cfg.has("mamba_num_heads"):  # Mamba2
-        n_heads = cfg.int("mamba_num_heads")
-        d_inner = n_heads * cfg.int("mamba_head_dim")
-        groups_state = 2 * cfg.int("n_groups", default=1) * cfg.int("ssm_state_size")
-        return hidden * (2 * d_inner + groups_state + n_heads) + d_inner * hidden
+    if cfg.has("mamba_num_heads") or spec.model_type == "falcon_h1":  # Mamba2: in_proj and out_proj
+        shape = mamba2_shape(cfg, spec.model_type, hidden)
+        return hidden * shape.in_proj_width + shape.d_inner * hidden
     d_inner = cfg.int("mamba_expand", default=2) * hidden  # Mamba1
     d_state = cfg.int("mamba_d_state", default=16)
     dt_rank = cfg.int("mamba_dt_rank", default=-(-hidden // 16)) if cfg.raw.get("mamba_dt_rank") != "auto" else -(-hidden // 16)

@@ -105,8 +105,8 @@ def crosscheck(model: str, *, layers: int = 2, tokens: int = 9, seed: int = 0) -
     full_groups = {_kv_key(g): g for g in build_layout(spec).groups}
     layout_dtype = build_layout(small).kv_dtype
     dtype = codec_for(layout_dtype).storage
-    groups = [_layer_group(small, i, layout_dtype) for i in range(len(small.layers))]
-    for g in groups:  # the shrink must not have changed what a layer keeps
+    groups = [_layer_groups(small, i, layout_dtype) for i in range(len(small.layers))]
+    for g in (g for layer_groups in groups for g in layer_groups):  # the shrink must not change what a layer keeps
         if _kv_key(g) not in full_groups:
             raise AssertionError(f"reduced layer {g} keeps what no layer of the full model keeps")
     torch.manual_seed(seed)
@@ -117,17 +117,19 @@ def crosscheck(model: str, *, layers: int = 2, tokens: int = 9, seed: int = 0) -
         with torch.no_grad():
             cache = hf_model(ids[:, :tokens], use_cache=True).past_key_values
             before = [_tensors(layer) for layer in _layers(cache)]
-            before_bytes = [_bytes(t) for t in before]
             hf_model(ids[:, tokens:], past_key_values=cache, use_cache=True)
-            after = [_bytes(_tensors(layer)) for layer in _layers(cache)]
+            after = [_tensors(layer) for layer in _layers(cache)]
     if len(after) != len(groups):
         raise AssertionError(f"transformers built {len(after)} cache layers, kvplan reads {len(groups)}")
-    rows = tuple(_row(i, groups[i], layer, before[i], before_bytes[i], after[i] - before_bytes[i], tokens)
-                 for i, layer in enumerate(_layers(cache)))
+    rows = []
+    for i, layer in enumerate(_layers(cache)):
+        for g in groups[i]:  # one row per mixer: a Falcon-H1 layer holds K/V and a Mamba state
+            part, part_after = _part(before[i], g), _part(after[i], g)
+            rows.append(_row(i, g, layer, part, _bytes(part), _bytes(part_after) - _bytes(part), tokens))
     return CrosscheckResult(
         model=spec.name, model_type=small.model_type, transformers_version=transformers.__version__,
-        dtype=layout_dtype, tokens=tokens, cache_class=type(cache).__name__, shrunk=shrunk, rows=rows,
-        ok=len(rows) == len(groups) and all(r.ok for r in rows),
+        dtype=layout_dtype, tokens=tokens, cache_class=type(cache).__name__, shrunk=shrunk, rows=tuple(rows),
+        ok=len(rows) == sum(len(g) for g in groups) and all(r.ok for r in rows),
     )
 
 
@@ -191,10 +193,21 @@ def _set_layer_kinds(raw: dict, kinds: list[str]) -> None:
         raw["layer_types"] = [HF_LAYER_TYPE[k] for k in kinds]
 
 
-def _layer_group(spec: ModelSpec, i: int, kv_dtype: str) -> LayerGroup:
-    """kvplan's group for layer i alone (a one-layer layout of that layer)."""
+def _layer_groups(spec: ModelSpec, i: int, kv_dtype: str) -> tuple[LayerGroup, ...]:
+    """kvplan's groups for layer i alone (a one-layer layout of that layer): one, or one per mixer
+    of a parallel hybrid layer (attention, then Mamba)."""
     one = dataclasses.replace(spec, layers=(spec.layers[i],))
-    return build_layout(one, kv_dtype).groups[0]
+    return build_layout(one, kv_dtype).groups
+
+
+STATE_TENSORS = ("conv_states", "recurrent_states")
+
+
+def _part(tensors: dict[str, torch.Tensor], g: LayerGroup) -> dict[str, torch.Tensor]:
+    """The tensors of a cache layer that belong to group `g`'s mixer: the recurrent state's for a
+    state group, the keys and values otherwise (a hybrid layer's cache holds both)."""
+    state = g.kind == "state"
+    return {k: t for k, t in tensors.items() if (k.split("[")[0] in STATE_TENSORS) == state}
 
 
 def _kv_key(g: LayerGroup) -> tuple:
