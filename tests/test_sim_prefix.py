@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from kvplan.errors import KvplanError
-from kvplan.replay.prefix import (
-    PrefixGenerator, PrefixSpec, blocks_per_hash, hit_rate_sweep, prompt_block_ids,
-    replay_prefix_cache, synthetic_prefixes, with_prefixes,
+from kvplan.replay.prefix import hit_rate_sweep, prompt_block_ids, replay_prefix_cache
+from kvplan.workload.prefixes import (
+    PrefixGenerator, PrefixSpec, blocks_per_hash, synthetic_prefixes, with_prefixes,
 )  # fmt: skip
 from kvplan.workload.records import RequestChunk
 from tests.conftest import shared_dir

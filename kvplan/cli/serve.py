@@ -35,12 +35,11 @@ def simulate_serve(wl: Workload, *, json: bool, plot: Path | None, csv: Path | N
 
 
 def _run(wl: Workload, record: bool, rates, latency_bound: float, show_progress: bool):
-    from kvplan.sim.engine import document_of, simulate
+    from kvplan.sim.engine import document_of, simulate_all
 
     interactive = sys.stderr.isatty()  # on a pipe or in a log a bar is noise, and an error must be one line
     with _Progress(wl.num_requests, len(wl.allocators), enabled=show_progress and interactive) as bar:
-        results = [simulate(wl, spec, progress=bar.callback(i), record_requests=record)
-                   for i, spec in enumerate(wl.allocators)]
+        results = simulate_all(wl, progress_for=bar.callback, record_requests=record)
         doc = document_of(wl, results)
         if rates:
             doc["rate_sweep"] = _sweep(wl, rates, latency_bound)

@@ -13,15 +13,11 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from kvplan.errors import KvplanError, TraceError, WorkloadError
-from kvplan.replay.prefix import POPULARITY, PrefixSpec, hit_rate_sweep, with_prefixes
+from kvplan.replay.prefix import hit_rate_sweep
+from kvplan.workload.prefixes import prefix_options, request_stream
 from kvplan.replay.sharing import MODES, PARENTS, sharing_savings
-from kvplan.workload.records import MAX_TOKENS, Workload
-from kvplan.workload.yaml_nodes import YamlList, YamlMap, as_int
-
-PREFIX_KEYS = ("system_prompts", "system_prompt_len", "popularity", "zipf_a", "turns", "sessions",
-               "hash_block_size", "max_prompt_len")
-REPLAY_KEYS = ("max_running", "hold_output")
-
+from kvplan.workload.records import Workload
+from kvplan.workload.yaml_nodes import YamlMap, as_int
 
 def _section(workload: Workload, key: str) -> YamlMap | None:
     return workload.extras.get("yaml_nodes", {}).get(key)
@@ -35,61 +31,12 @@ def _paged_sizes(workload: Workload) -> list[int]:
     return sizes
 
 
-def _prefix_options(workload: Workload) -> tuple[PrefixSpec | None, dict]:
-    node = _section(workload, "prefix")
-    if node is None:
-        return None, {}
-    node.expect_keys(*PREFIX_KEYS, *REPLAY_KEYS)
-    replay = {"max_running": node.get_int("max_running", 1, ge=1, le=1_000_000),
-              "hold_output": node.get_bool("hold_output", False)}
-    synthetic = _synthetic_keys(node, workload.scheduler.max_model_len)
-    if not synthetic:
-        return None, replay
-    try:
-        return PrefixSpec(**synthetic), replay
-    except KvplanError as exc:
-        key = (exc.field or "").removeprefix("prefix.")
-        where = node.node(key) if key in node else node
-        raise WorkloadError(exc.message, file=workload.path, field=f"prefix.{key}" if key else "prefix",
-                            line=where.line) from None
-
-
-# prefix: key -> how the YAML number rules read it (as every other section does)
-_INT_KEYS = {"system_prompts": 0, "turns": 1, "sessions": 1, "hash_block_size": 1, "max_prompt_len": 1}
-MAX_PREFIX_COUNT = 1 << 20  # system prompts, sessions, turns: beyond a million nothing changes
-
-
-def _synthetic_keys(node: YamlMap, max_model_len: int) -> dict:
-    """The synthetic-prefix keys present, read with the YAML number rules (2e0 and 8.0 are 2
-    and 8). A conversation stops growing at max_prompt_len, by default the context
-    (max_model_len): vLLM could not serve a longer prompt, and the hash ids of every turn stay
-    bounded."""
-    out: dict = {}
-    for key, lo in _INT_KEYS.items():
-        if key in node:
-            out[key] = node.get_int(key, ge=lo, le=max_model_len if key == "max_prompt_len" else MAX_PREFIX_COUNT)
-    if "system_prompt_len" in node:
-        lens = node.node("system_prompt_len")
-        out["system_prompt_len"] = (tuple(as_int(n, ge=1, le=MAX_TOKENS) for n in node.get_list("system_prompt_len"))
-                                    if isinstance(lens, YamlList) else node.get_int("system_prompt_len", ge=1, le=MAX_TOKENS))
-    if "popularity" in node:
-        out["popularity"] = node.get_choice("popularity", POPULARITY)
-    if "zipf_a" in node:
-        out["zipf_a"] = node.get_float("zipf_a", gt=0, le=100)
-    if out:
-        out.setdefault("max_prompt_len", max_model_len)
-    return out
-
-
 def prefix_document(workload: Workload, cache_blocks: Sequence[int] | None = None) -> dict:
     """Hit rates (vLLM's definitions) per paged block size, and per cache size when swept."""
-    spec, replay = _prefix_options(workload)
+    spec, replay = prefix_options(workload)
 
     def make_chunks():
-        chunks = workload.make_requests()
-        if spec is not None:
-            chunks = with_prefixes(chunks, spec, np.random.default_rng([workload.seed, 0xCAC4E]))
-        return chunks
+        return request_stream(workload)
 
     results = []
     for block_size in _paged_sizes(workload):

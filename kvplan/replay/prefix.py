@@ -8,8 +8,11 @@ holds them for its lifetime; `max_running` requests hold blocks at once, and the
 (frees) when a newer one needs its slot or its blocks, first in, first out. `max_running=1` (the
 default) runs each request to completion before the next: a pure LRU cache replay of the prompt
 blocks, which is what Mooncake's trace analysis (FAST'25) does. With `hold_output=True` a request
-also holds blocks for its output tokens (unique to it, never cached). A prompt that needs more
-blocks than the whole pool is skipped and counted, not replayed.
+also holds blocks for its output tokens but the last (whose KV is never computed: it ends holding
+prompt + output - 1, as in the serve engine; unique to it, never cached). A prompt that needs
+more blocks than the whole pool is skipped and counted, not replayed. The serve engine with
+prefix caching and one request at a time (max_num_seqs 1) finds the same hits
+(tests/test_sim_prefix_serve.py).
 
 Block identities: a trace gives one hash id per `hash_block_size` (H) prompt tokens. When the
 simulated block size B divides H, trace block j covers simulated blocks j*H/B .. (j+1)*H/B - 1,
@@ -18,27 +21,23 @@ full trace blocks count: a partial last trace block (Mooncake's) and every token
 are unique to their request. A B that does not divide H is a KvplanError. The cache chains
 identities from the first block, so equal ids only match behind equal prefixes.
 
-Synthetic prefixes: `PrefixSpec` holds the YAML `prefix:` section key for key (system prompts,
-their popularity, multi-turn conversations); `with_prefixes(chunks, spec, rng)` rewrites a request
-stream lazily so that prompts start with them, attaching hash ids; `synthetic_prefixes` does the
-same for plain arrays.
+Synthetic prefixes (`PrefixSpec`, `with_prefixes`) live in kvplan/workload/prefixes.py, since
+the serve engine reads them too.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from kvplan.errors import KvplanError
 from kvplan.memory.paged import OutOfBlocks
 from kvplan.memory.prefix_cache import PrefixCachingBlockManager, PrefixCacheStats
+from kvplan.workload.prefixes import blocks_per_hash
 from kvplan.workload.records import RequestChunk
-
-POPULARITY = ("uniform", "zipf")
-
 
 def prompt_block_ids(hash_ids: Sequence[int] | None, prompt_len: int, hash_block_size: int,
                      block_size: int) -> list:  # fmt: skip
@@ -53,15 +52,6 @@ def prompt_block_ids(hash_ids: Sequence[int] | None, prompt_len: int, hash_block
     per = blocks_per_hash(hash_block_size, block_size)
     ids = np.asarray(hash_ids[: prompt_len // hash_block_size], dtype=np.int64)
     return (ids[:, None] * per + np.arange(per)).ravel().tolist()
-
-
-def blocks_per_hash(hash_block_size: int, block_size: int) -> int:
-    """H / B: simulated blocks per trace hash block; a KvplanError unless B divides H."""
-    if hash_block_size < 1 or block_size < 1 or hash_block_size % block_size:
-        raise KvplanError(f"block size {block_size} does not divide the trace's hash block size "
-                          f"{hash_block_size}: each trace block must map onto whole simulated "
-                          f"blocks (use a block size that divides {hash_block_size})")  # fmt: skip
-    return hash_block_size // block_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +129,8 @@ class _Replay:
             raise KvplanError(f"hash block size {size} differs from the stream's first "
                               f"({mgr.blocks_per_id * self.block_size}), or the first chunk "
                               "had no hash ids")  # fmt: skip
-        outputs = chunk.output_len.tolist() if self.hold_output else [0] * len(chunk)
+        # the last output token is sampled but its KV never computed (vLLM; the serve engine's rule)
+        outputs = (np.maximum(chunk.output_len, 1) - 1).tolist() if self.hold_output else [0] * len(chunk)
         for i, (prompt, output) in enumerate(zip(chunk.prompt_len.tolist(), outputs)):
             if mgr.blocks_for(prompt + output) > self.num_blocks:
                 self.skipped += 1
@@ -191,151 +182,3 @@ def _demand(chunks: Iterable[RequestChunk], block_size: int, hold_output: bool) 
         lengths = chunk.prompt_len + (chunk.output_len if hold_output else 0)
         total += int(np.sum(-(-lengths // block_size)))
     return total
-
-
-# ---- synthetic shared prefixes ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PrefixSpec:
-    """Shared prompt starts for a synthetic workload (the YAML `prefix:` section, key for key).
-
-    system_prompts: distinct system prompts (0: none). system_prompt_len: their length in tokens
-    (one int for all, or one per prompt). popularity: uniform | zipf (prompt k is picked with
-    probability proportional to (k + 1) ** -zipf_a). turns: requests per conversation; each
-    turn's prompt is the previous turn's prompt and answer followed by the request's own new
-    tokens. sessions: conversations open at once (each request continues one of them, picked
-    uniformly). hash_block_size: tokens per generated hash id (use the simulated block size or
-    a multiple of it). max_prompt_len: a conversation that would pass it starts afresh.
-    """
-
-    system_prompts: int = 8
-    system_prompt_len: int | tuple[int, ...] = 1024
-    popularity: str = "zipf"
-    zipf_a: float = 1.2
-    turns: int = 1
-    sessions: int = 16
-    hash_block_size: int = 16
-    max_prompt_len: int | None = None
-
-    def __post_init__(self) -> None:
-        for name, lo in (("system_prompts", 0), ("turns", 1), ("sessions", 1),
-                         ("hash_block_size", 1), ("max_prompt_len", 1)):  # fmt: skip
-            value = getattr(self, name)
-            if not (value is None and name == "max_prompt_len") and not _is_int(value, lo):
-                raise _bad(name, value, f"an integer >= {lo}")
-        lens = self.system_prompt_len
-        lens = (lens,) * self.system_prompts if _is_int(lens, 1) else lens
-        if (not isinstance(lens, (list, tuple)) or len(lens) != self.system_prompts
-                or not all(_is_int(n, 1) for n in lens)):  # fmt: skip
-            raise _bad("system_prompt_len", lens, f"{self.system_prompts} lengths >= 1, or one")
-        object.__setattr__(self, "system_prompt_len", tuple(int(n) for n in lens))
-        if self.popularity not in POPULARITY:
-            raise _bad("popularity", self.popularity, " or ".join(POPULARITY))
-        a = self.zipf_a
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 < a < float("inf"):
-            raise _bad("zipf_a", a, "a number > 0")
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["system_prompt_len"] = list(self.system_prompt_len)
-        return d
-
-
-def _is_int(value, lo: int) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lo
-
-
-def _bad(name: str, value, want: str) -> KvplanError:
-    return KvplanError(f"got {value!r}; expected {want}", field=f"prefix.{name}")
-
-
-class _Conversation:
-    """One conversation's token history as hash ids of its full blocks plus a partial tail."""
-
-    __slots__ = ("ids", "length", "turns")
-
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.length = self.turns = 0
-
-
-class PrefixGenerator:
-    """Rewrites requests' prompts to start with shared prefixes (see PrefixSpec).
-
-    Hash ids: full blocks of a system prompt get ids fixed per (prompt, block); every other
-    block (the one straddling the end of a system prompt, messages, answers) gets a fresh id,
-    kept by its conversation for later turns. Equal ids therefore mean equal content behind
-    equal prefixes, as in the traces.
-    """
-
-    def __init__(self, spec: PrefixSpec, rng: np.random.Generator) -> None:
-        self.spec, self.rng = spec, rng
-        h, lens = spec.hash_block_size, spec.system_prompt_len
-        self._sys_base = np.concatenate(([0], np.cumsum([n // h for n in lens]))).tolist()
-        self._next_id = self._sys_base[-1]
-        weights = (np.arange(1, len(lens) + 1, dtype=float) ** -spec.zipf_a
-                   if spec.popularity == "zipf" else np.ones(len(lens)))  # fmt: skip
-        self._weights = weights / weights.sum() if len(lens) else weights
-        self._open: list[_Conversation | None] = [None] * (spec.sessions if spec.turns > 1 else 1)
-
-    def _fresh(self, n: int) -> list[int]:
-        self._next_id += n
-        return list(range(self._next_id - n, self._next_id))
-
-    def _push(self, conv: _Conversation, tokens: int) -> None:
-        """Append `tokens` unique tokens to the conversation."""
-        h = self.spec.hash_block_size
-        conv.ids += self._fresh((conv.length + tokens) // h - conv.length // h)
-        conv.length += tokens
-
-    def _start(self, k: int) -> _Conversation:
-        """A new conversation opening with system prompt k (none without system prompts)."""
-        conv = _Conversation()
-        if self.spec.system_prompts:
-            conv.ids = list(range(self._sys_base[k], self._sys_base[k + 1]))
-            conv.length = self.spec.system_prompt_len[k]
-        return conv
-
-    def apply(self, chunk: RequestChunk) -> RequestChunk:
-        """The chunk with prompts lengthened by their prefixes and hash ids attached."""
-        spec, limit = self.spec, self.spec.max_prompt_len
-        prompts, outputs = chunk.prompt_len.tolist(), chunk.output_len.tolist()
-        n = len(prompts)
-        slots = self.rng.integers(len(self._open), size=n).tolist()
-        system = (self.rng.choice(spec.system_prompts, size=n, p=self._weights).tolist()
-                  if spec.system_prompts else [0] * n)  # fmt: skip
-        new_len, ids = [], []
-        for own, answer, slot, k in zip(prompts, outputs, slots, system):
-            conv = self._open[slot]
-            if conv is None or (limit is not None and conv.length + own > limit):
-                conv = self._open[slot] = self._start(k)
-            self._push(conv, own)
-            length = conv.length if limit is None else min(conv.length, limit)
-            new_len.append(length)
-            ids.append(tuple(conv.ids[: length // spec.hash_block_size]))
-            self._push(conv, answer)
-            conv.turns += 1
-            if conv.turns == spec.turns:
-                self._open[slot] = None
-        return RequestChunk(chunk.arrival, np.asarray(new_len, dtype=np.int64), chunk.output_len,
-                            ids, spec.hash_block_size, chunk.cut)  # fmt: skip
-
-
-def with_prefixes(chunks: Iterable[RequestChunk], spec: PrefixSpec,
-                  rng: np.random.Generator) -> Iterator[RequestChunk]:  # fmt: skip
-    """Lazily apply one PrefixGenerator to a stream of chunks (state carries across chunks)."""
-    gen = PrefixGenerator(spec, rng)
-    return (gen.apply(chunk) for chunk in chunks)
-
-
-def synthetic_prefixes(prompt_len: np.ndarray, output_len: np.ndarray, rng: np.random.Generator,
-                       **spec) -> tuple[np.ndarray, list[tuple[int, ...]]]:  # fmt: skip
-    """Prompt lengths and hash ids for requests whose own new tokens are `prompt_len` and whose
-    answers are `output_len`, under PrefixSpec(**spec), e.g. system_prompts=8,
-    system_prompt_len=1024, popularity="zipf", zipf_a=1.2, turns=4."""
-    n = len(prompt_len)
-    chunk = RequestChunk(np.zeros(n), np.asarray(prompt_len, dtype=np.int64),
-                         np.asarray(output_len, dtype=np.int64))  # fmt: skip
-    out = PrefixGenerator(PrefixSpec(**spec), rng).apply(chunk)
-    return out.prompt_len, out.hash_ids

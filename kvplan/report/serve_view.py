@@ -52,12 +52,30 @@ def render_serve(doc: dict) -> None:
     for r in doc["results"]:
         mem.add_row(r["label"], *(f"{100 * r['memory_breakdown'][c]:.1f}" for c in BREAKDOWN))
     print_table(out, mem)
+    cached = [r for r in doc["results"] if r.get("prefix_cache")]
+    if cached:
+        print_table(out, _prefix_table(cached))
     if doc.get("rate_sweep"):
         print_table(out, _sweep_table(doc["rate_sweep"], unit))
     clipped = doc["results"][0].get("clipped", 0) if doc["results"] else 0
     if clipped:
         noun = "request was" if clipped == 1 else "requests were"
         out.print(f"[dim]note: {clipped:,} {noun} clipped to max_model_len.[/dim]")
+
+
+def _prefix_table(results: list[dict]):
+    """Automatic prefix caching, per run that had it on (vLLM's definitions)."""
+    from rich.table import Table
+
+    table = Table(title="Prefix caching (hit rate: prompt tokens found cached at first admission)",
+                  title_justify="left")
+    for name in ("allocator", "hit rate %", "prefill tokens saved", "blocks evicted"):
+        table.add_column(name, justify="left" if name == "allocator" else "right")
+    for r in results:
+        c = r["prefix_cache"]
+        table.add_row(r["label"], f"{100 * c['prefix_hit_rate']:.1f}", f"{c['prefill_tokens_saved']:,}",
+                      f"{c['blocks_evicted']:,}")
+    return table
 
 
 def _sweep_table(sweeps: list[dict], unit: str):
@@ -80,11 +98,14 @@ def write_requests_csv(results, path: Path) -> None:
     """One row per request per allocator (request = index in arrival order), streamed by chunks."""
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["allocator", "request", *results[0].requests.FIELDS])
+        fields = list(results[0].requests.FIELDS)
+        fields += sorted({f for r in results for f in r.requests.fields} - set(fields))
+        writer.writerow(["allocator", "request", *fields])
         for result in results:
             row = 0
             for chunk in result.requests.iter_chunks():
-                columns = [chunk[name].tolist() for name in result.requests.FIELDS]
+                n = len(chunk["prompt"])  # a column this run lacks (caching off) stays empty
+                columns = [chunk[name].tolist() if name in chunk else [""] * n for name in fields]
                 for values in zip(*columns):
                     writer.writerow([result.label, row, *values])
                     row += 1

@@ -5,11 +5,14 @@ the same result to the last bit; it is fast because it does not step token by to
 events (an arrival that could be admitted, a finish, a block the pool cannot serve, a prefill)
 the running batch only decodes, and the compiled kernel (`kernel.py`) advances over all those
 steps in one closed-form jump. Requests are read lazily chunk by chunk; per request the engine
-keeps one row of 12 int64 (96 bytes, named in kernel.py), and the running batch is a small array of request ids.
+keeps one row of 17 int64 (136 bytes, named in kernel.py), and the running batch is a small array of
+request ids. With prefix caching, the block identities of the loaded prompts (one trie node per
+trace hash block, `prefix_ids.py`) and the cached entries live in the four arrays of `px`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -17,12 +20,21 @@ import numpy as np
 from kvplan.errors import WorkloadError
 from kvplan.sim import kernel as K
 from kvplan.sim.inputs import PreparedChunk, SimSetup, make_setup, prepared_chunks
-from kvplan.sim.metrics import INTEGRALS, RawRun, ServeResult, build_result
+from kvplan.sim.metrics import INTEGRALS, PrefixCounts, RawRun, ServeResult, build_result
 from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
 from kvplan.workload.records import AllocatorSpec, Workload
 
 EVENTS_PER_CALL = 200_000  # kernel events between progress reports
 MAX_EVENT_TICKS = 1 << 61  # the most one step or jump may move the clock (see kernel.run)
+
+
+def _grown(a: np.ndarray, size: int, fill: int) -> np.ndarray:
+    """`a` if it holds `size` items, else a copy at least twice as long, padded with `fill`."""
+    if size <= len(a):
+        return a
+    out = np.full(max(2 * len(a), size), fill, dtype=np.int64)
+    out[:len(a)] = a
+    return out
 
 
 def longest_step(setup: SimSetup) -> int:
@@ -58,6 +70,7 @@ def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
         K.MAX_JUMP: max(1, min(K.KCAP, MAX_EVENT_TICKS // longest_step(setup))),
         K.PHYSICAL: c.physical, K.REQ_TICKS: c.per_request, K.ATTN_TICKS: c.attention_per_pair,
         K.LIN_LEN: len(c.linear), K.LIN_SLOPE: c.linear_slope,
+        K.PREFIX: setup.prefix_caching, K.PER: 1,
     }  # fmt: skip
     for key, value in values.items():
         cfg[key] = int(value)
@@ -88,6 +101,16 @@ class KernelState:
         self.st[K.NUM_FREE_RUNS] = 1
         self.timeline = np.zeros((timeline_points, 8), dtype=np.int64)
         self.acc = np.zeros((K.NUM_INTEGRALS, 4), dtype=np.int64)
+        for scalar in (K.Q_HEAD, K.Q_TAIL, K.E_RECYCLED):
+            self.st[scalar] = -1
+        caching = setup.prefix_caching
+        self.st[K.ANON_TAIL] = self.st[K.FREE_BLOCKS] if caching else 0
+        # px: trie nodes of loaded prompts, entry held per identity block, first copy per block
+        # node, entries (see kernel.py); 1-element dummies without prefix caching
+        one = np.zeros(1, dtype=np.int64)
+        self.ids, self.held, self.copies = one.copy(), one.copy(), np.full(1, -1, dtype=np.int64)
+        self.ents = np.zeros(max(setup.num_blocks, 1) * K.NE if caching else 1, dtype=np.int64)
+        self.n_ids = self.n_held = 0
         self.clipped = 0
         self.sent: list[np.ndarray] = []  # client send ticks, when the API server delays requests
 
@@ -108,6 +131,8 @@ class KernelState:
         rows[:, K.OUTPUT] = chunk.output
         rows[:, K.PREFILL_END], rows[:, K.RESERVED] = chunk.prompt, chunk.reserve
         rows[:, K.ADMITTED_AT:K.FINISHED_AT + 1] = -1  # admitted, first token, finish: not yet
+        if chunk.ids is not None:
+            self._load_ids(rows, chunk.ids)
         if n == 0:
             self.st[K.NOW] = self.st[K.ORIGIN] = chunk.arrival[0]
         self.st[K.LOADED] = n + m
@@ -115,13 +140,33 @@ class KernelState:
         if chunk.sent is not None:
             self.sent.append(chunk.sent)
 
+    def _load_ids(self, rows: np.ndarray, ids) -> None:
+        """Append a chunk's block identities to px (each array grown by doubling)."""
+        if self.n_ids == 0 and self.n_held == 0:
+            self.cfg[K.PER] = ids.per
+        elif int(self.cfg[K.PER]) != ids.per:
+            raise WorkloadError("the stream's hash block size changed", field="requests")
+        per, counts = ids.per, ids.counts
+        starts = self.n_ids + np.concatenate(([0], np.cumsum(counts)[:-1]))
+        blocks = counts * per
+        rows[:, K.ID_START], rows[:, K.ID_BLOCKS] = starts, blocks
+        rows[:, K.E_START] = self.n_held + np.concatenate(([0], np.cumsum(blocks)[:-1]))
+        self.ids = _grown(self.ids, self.n_ids + len(ids.nodes), 0)
+        self.ids[self.n_ids:self.n_ids + len(ids.nodes)] = ids.nodes
+        self.n_ids += len(ids.nodes)
+        self.n_held += int(blocks.sum())
+        self.held = _grown(self.held, self.n_held, 0)
+        if len(ids.nodes):
+            self.copies = _grown(self.copies, (int(ids.nodes.max()) + 1) * per, -1)
+
     def run(self, final: bool, progress: Callable[[int, int], None] | None = None) -> None:
         """Simulate as far as the loaded requests allow (to the end when `final`)."""
         if self.loaded == 0:
             return
         self.st[K.ALL_LOADED] = int(final)
         while True:
-            code = K.run(self.cfg, self.st, self.req, self.running, self.sched, self.requeued,
+            px = (self.ids, self.held, self.copies, self.ents)
+            code = K.run(self.cfg, self.st, self.req, px, self.running, self.sched, self.requeued,
                          self.swapped, self.run_start, self.run_len, self.timeline, self.acc,
                          EVENTS_PER_CALL)
             if progress is not None:
@@ -138,8 +183,11 @@ class KernelState:
         if n and int(st[K.DONE]) != n:
             left = n - int(st[K.DONE])
             raise AssertionError(f"the simulation ended with {left} requests unfinished")
-        integrals = {name: sum(int(limb) << (31 * i) for i, limb in enumerate(self.acc[row]))
-                     for row, name in enumerate(INTEGRALS)}
+        sums = [sum(int(limb) << (31 * i) for i, limb in enumerate(self.acc[row]))
+                for row in range(K.NUM_INTEGRALS)]
+        integrals = dict(zip(INTEGRALS, sums))
+        for name in ("tokens", "allocated"):  # a block shared during a jump counts once
+            integrals[name] -= sums[K.ACC_SHARED]
 
         def col(field):
             return req[:, field].copy()
@@ -154,6 +202,10 @@ class KernelState:
             integrals=integrals, timeline=self.timeline[:int(st[K.SAMPLES])].copy(),
             timeline_delta=int(st[K.SAMPLE_EVERY]),
             sent=np.concatenate(self.sent) if self.sent else None,
+            prefix=PrefixCounts(int(st[K.PC_LOOKUPS]), int(st[K.PC_QUERIES]), int(st[K.PC_HITS]),
+                                int(st[K.PC_HITS_ALL]), int(st[K.PC_EVICTED]), int(st[K.PC_REUSED]))
+            if self.setup.prefix_caching else None,
+            hit_tokens=col(K.HIT_TOKENS) if self.setup.prefix_caching else None,
         )  # fmt: skip
 
 
@@ -176,11 +228,24 @@ def simulate(workload: Workload, allocator: AllocatorSpec, *,
     return build_result(state.raw(), setup, record_requests=record_requests)
 
 
+def simulate_all(workload: Workload, *, progress_for: Callable[[int], Callable | None] = lambda i: None,
+                 record_requests: bool = False) -> list[ServeResult]:
+    """Every allocator of the workload; a paged one whose prefix cache found anything is followed
+    by the same run with caching off ("paged-B16 no-cache"), so the two read side by side."""
+    results = []
+    for i, spec in enumerate(workload.allocators):
+        result = simulate(workload, spec, progress=progress_for(i), record_requests=record_requests)
+        results.append(result)
+        if result.prefix is not None and result.prefix.hits_all > 0 and spec.prefix_caching is None:
+            results.append(simulate(workload, replace(spec, prefix_caching=False),
+                                    progress=progress_for(i), record_requests=record_requests))
+    return results
+
+
 def serve_document(workload: Workload, *,
                    progress: Callable[[int, int], None] | None = None) -> dict:
     """Every allocator of a serve workload, as plain data (the shape of `capacity_document`)."""
-    results = [simulate(workload, spec, progress=progress) for spec in workload.allocators]
-    return document_of(workload, results)
+    return document_of(workload, simulate_all(workload, progress_for=lambda i: progress))
 
 
 def document_of(workload: Workload, results: list[ServeResult]) -> dict:

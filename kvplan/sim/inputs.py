@@ -20,6 +20,7 @@ import numpy as np
 from kvplan.errors import WorkloadError
 from kvplan.memory.capacity import contiguous_reservations
 from kvplan.memory.contiguous import POLICIES, reservation
+from kvplan.sim.prefix_ids import ChunkIds, PrefixTrie
 from kvplan.sim.timing import StepClock, make_clock
 from kvplan.workload.records import AllocatorSpec, SchedulerConfig, Workload
 
@@ -39,6 +40,7 @@ class SimSetup:
     limit: int  # contiguous per-request limit (the "max" reservation)
     sched: SchedulerConfig
     clock: StepClock
+    prefix_caching: bool = False  # paged with scheduler.prefix_caching: full prompt blocks are shared
 
     @property
     def tail_slots(self) -> int:
@@ -57,6 +59,7 @@ class PreparedChunk:
     reserve: np.ndarray  # 0 for paged
     clipped: int
     sent: np.ndarray | None = None  # ticks the client sent it, when the API server delays it
+    ids: ChunkIds | None = None  # prefix caching: the block identities of its prompts
 
     def __len__(self) -> int:
         return len(self.prompt)
@@ -97,7 +100,12 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
             raise WorkloadError(f"the pool holds {num_blocks} blocks of {b} slots{null}, fewer than one "
                                 f"request of max_model_len {s.max_model_len} needs",
                                 field="pool.slots")
-        return SimSetup(allocator.label, True, None, b, num_blocks, slots, 0, s, clock)
+        caching = s.prefix_caching if allocator.prefix_caching is None else allocator.prefix_caching
+        if caching and s.preemption == "swap":
+            raise WorkloadError("prefix caching is modelled with recompute preemption only (vLLM V1 "
+                                "preempts by recompute); set prefix_caching: false to swap",
+                                field="scheduler.preemption")
+        return SimSetup(allocator.label, True, None, b, num_blocks, slots, 0, s, clock, caching)
     if allocator.kind != "contiguous" or allocator.policy not in POLICIES:
         raise WorkloadError(f"unknown allocator {allocator!r}", field="allocators")
     limit = _int_at_least(allocator.max_len or workload.contiguous_max_len, 1, "max_len")
@@ -134,10 +142,13 @@ def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChu
     With the physical clock's API-server service time s, requests reach the engine one at a time:
     the engine sees request i at max(sent_i, seen_{i-1} + s) (one server, in arrival order), so a
     burst of N requests spreads over N x s; latencies still count from the client's send."""
+    from kvplan.workload.prefixes import request_stream
+
     last = -1
     service = setup.clock.frontend_service
     seen_last = None
-    for chunk in workload.make_requests():
+    trie = PrefixTrie(setup.block_size) if setup.prefix_caching else None
+    for chunk in request_stream(workload):
         if len(chunk) == 0:
             continue
         ticks = setup.clock.arrival_ticks(chunk.arrival)
@@ -146,6 +157,7 @@ def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChu
         last = int(ticks[-1])
         p, o, clipped = clip_lengths(chunk.prompt_len, chunk.output_len, setup.sched.max_model_len,
                                      chunk.cut)
+        ids = trie.encode(chunk, p) if trie is not None else None
         if setup.paged:
             reserve = np.zeros_like(p)
         else:
@@ -157,6 +169,6 @@ def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChu
                 floor = np.maximum(floor, seen_last + service)
             seen = floor + steps
             seen_last = int(seen[-1])
-            yield PreparedChunk(seen, p, o, reserve, clipped, sent=ticks)
+            yield PreparedChunk(seen, p, o, reserve, clipped, sent=ticks, ids=ids)
             continue
-        yield PreparedChunk(ticks, p, o, reserve, clipped)
+        yield PreparedChunk(ticks, p, o, reserve, clipped, ids=ids)

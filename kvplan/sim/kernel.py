@@ -16,6 +16,11 @@ name and a one-line meaning. The arrays every function takes, always in this ord
     run_start, run_len   contiguous allocators: the free runs of slots, sorted by start
     timeline   memory samples at fixed times, one row each (columns in `record_sample`)
     acc        time integrals as exact 124-bit sums: acc[ACC_ROW, limb], four limbs of 31 bits
+    px         prefix caching (cfg[PREFIX] = 1; else four 1-element dummies), four int64 arrays:
+               px[0] trie node of each identity (hash) block of every loaded request, from
+               req[rid, ID_START]; px[1] the cached entry each request holds per identity block,
+               from req[rid, E_START]; px[2] per block node (trie node x PER + sub-block) its
+               first cached copy (-1: none); px[3] the cached entries, NE int64 each (E_* below)
 
 The waiting queue is the requeued ring first, then the arrivals from req[st[NEXT_FRESH]] on
 whose arrival tick has passed.
@@ -58,7 +63,12 @@ ADMITTED_AT = 8     # tick of its first admission (-1 before)
 FIRST_TOKEN_AT = 9  # tick its first output token came out (-1 before)
 FINISHED_AT = 10    # tick it finished (-1 before)
 PREEMPTED = 11      # times it was preempted
-NUM_COLUMNS = 12
+ID_START = 12       # prefix caching: its first entry in the flat array of trie nodes (px[0])
+ID_BLOCKS = 13      # prefix caching: its full prompt blocks that have an identity (F)
+E_START = 14        # prefix caching: its first slot in px[1], the cached entry held per identity block
+CACHED = 15         # prefix caching: leading identity blocks held as cached entries (hit or registered)
+HIT_TOKENS = 16     # prefix caching: prompt tokens its first admission found cached
+NUM_COLUMNS = 17
 
 # -- st[SCALAR]: the scalar state ------------------------------------------------------------------
 NOW = 0             # the clock, in ticks
@@ -85,7 +95,20 @@ SAMPLE_EVERY = 20   # ticks between timeline samples (doubles whenever the buffe
 SAMPLES = 21        # rows of `timeline` in use
 EVENTS = 22         # loop iterations: steps, jumps and idle gaps
 JUMPS = 23          # closed-form jumps taken
-NUM_SCALARS = 24
+Q_HEAD = 24         # prefix caching: first cached entry of the free queue (-1: none)
+Q_TAIL = 25         # prefix caching: last cached entry of the free queue (-1: none)
+ANON_TAIL = 26      # prefix caching: free blocks without a cached entry behind the queue's last entry
+E_RECYCLED = 27     # prefix caching: head of the stack of evicted entry ids (-1: none)
+E_NEW = 28          # prefix caching: entry ids never used start here
+SHARED = 29         # prefix caching: blocks held by more than one running request, counted once less
+                    # each: sum of CACHED over the running batch minus the distinct entries they hold
+PC_LOOKUPS = 30     # prefix caching: first admissions looked up
+PC_QUERIES = 31     # prefix caching: their prompt tokens
+PC_HITS = 32        # prefix caching: their prompt tokens found cached
+PC_HITS_ALL = 33    # prefix caching: tokens found cached at every admission (re-admissions too)
+PC_EVICTED = 34     # prefix caching: cached blocks evicted for new data
+PC_REUSED = 35      # prefix caching: hits on a cached block no running request held
+NUM_SCALARS = 36
 
 # -- cfg[SETTING]: fixed for the run ---------------------------------------------------------------
 PAGED = 0           # 1 paged, 0 contiguous
@@ -112,7 +135,9 @@ REQ_TICKS = 19      # physical: ticks per scheduled request
 ATTN_TICKS = 20     # physical: ticks per prefill attention pair (a chunk token x an earlier token)
 LIN_LEN = 21        # physical: entries of the per-step-tokens table at cfg[NUM_SETTINGS:]
 LIN_SLOPE = 22      # physical: ticks per token beyond the table's last entry
-NUM_SETTINGS = 23   # cfg[NUM_SETTINGS + n]: ticks of the linear layers and all-reduces for n tokens
+PREFIX = 23         # 1: automatic prefix caching (paged, requests with block identities)
+PER = 24            # prefix caching: simulated blocks per trace hash block (H / B)
+NUM_SETTINGS = 25   # cfg[NUM_SETTINGS + n]: ticks of the linear layers and all-reduces for n tokens
 
 # -- acc[ACC_ROW, limb]: time integrals of ... dt ----------------------------------------------------
 # np.int64, not Python ints: numba compiles a separate copy of a function for every distinct int
@@ -123,7 +148,8 @@ ACC_TOKENS = np.int64(2)     # tokens held x dt
 ACC_ALLOCATED = np.int64(3)  # slots allocated x dt
 ACC_FINAL_LEN = np.int64(4)  # contiguous: final lengths of the running requests x dt
 ACC_EXTERNAL = np.int64(5)   # externally fragmented slots x dt
-NUM_INTEGRALS = 6
+ACC_SHARED = np.int64(6)     # jumps only: SHARED x B x dt, taken off tokens and allocated at the end
+NUM_INTEGRALS = 7
 
 ZERO, ONE = np.int64(0), np.int64(1)
 KCAP = 1 << 16  # longest jump: keeps every closed-form partial sum inside int64
@@ -366,6 +392,214 @@ def external(cfg, st, req, requeued, run_len):
     return short if total >= need else 0
 
 
+# -- prefix caching: vLLM's block pool, with the anonymous free blocks counted, not listed -------
+#
+# vLLM keeps every free block in one queue, evicting from the front; a freed request's blocks are
+# appended tail first. Only full prompt blocks with an identity are cached: the kernel gives each
+# such block an entry (px[3]) while it is cached, and every other free block is anonymous. The
+# queue is kept as the cached entries in order, each with the count of anonymous blocks just in
+# front of it (E_ANON), and ANON_TAIL behind the last: the same order as vLLM's list, with O(1)
+# hits out of the middle. A block node may have several cached copies (vLLM does not
+# de-duplicate two requests that computed the same block); a lookup takes the oldest (E_COPY
+# chains them in the order they were cached).
+
+NE = 6      # int64 per entry in px[3]
+E_NODE = 0  # its block node
+E_REF = 1   # running requests holding it (0: in the free queue, evictable)
+E_PREV = 2  # free queue neighbours (-1: none)
+E_NEXT = 3
+E_ANON = 4  # anonymous free blocks just in front of it in the free queue
+E_COPY = 5  # next cached copy of the same block node (-1: none); the recycled stack's link
+
+
+@njit(cache=True)
+def block_node(cfg, req, ids, rid, j):
+    """The block node of request rid's identity block j: its trie node and sub-block."""
+    per = cfg[PER]
+    return ids[req[rid, ID_START] + j // per] * per + j % per
+
+
+@njit(cache=True)
+def q_unlink(st, ent, e):
+    """Take entry e out of the free queue; its anonymous blocks move to the one behind it."""
+    prev, nxt = ent[e * NE + E_PREV], ent[e * NE + E_NEXT]
+    if nxt >= 0:
+        ent[nxt * NE + E_ANON] += ent[e * NE + E_ANON]
+        ent[nxt * NE + E_PREV] = prev
+    else:
+        st[ANON_TAIL] += ent[e * NE + E_ANON]
+        st[Q_TAIL] = prev
+    if prev >= 0:
+        ent[prev * NE + E_NEXT] = nxt
+    else:
+        st[Q_HEAD] = nxt
+    ent[e * NE + E_ANON] = 0
+
+
+@njit(cache=True)
+def q_append(st, ent, e):
+    """Entry e (its last holder gone) joins the back of the free queue."""
+    ent[e * NE + E_ANON] = st[ANON_TAIL]
+    st[ANON_TAIL] = 0
+    ent[e * NE + E_PREV] = st[Q_TAIL]
+    ent[e * NE + E_NEXT] = -1
+    if st[Q_TAIL] >= 0:
+        ent[st[Q_TAIL] * NE + E_NEXT] = e
+    else:
+        st[Q_HEAD] = e
+    st[Q_TAIL] = e
+
+
+@njit(cache=True)
+def evict(st, bcopy, ent, e):
+    """Entry e's block is taken for new data: off its node's copies, its id recycled."""
+    node = ent[e * NE + E_NODE]
+    c = bcopy[node]
+    if c == e:
+        bcopy[node] = ent[e * NE + E_COPY]
+    else:
+        while ent[c * NE + E_COPY] != e:
+            c = ent[c * NE + E_COPY]
+        ent[c * NE + E_COPY] = ent[e * NE + E_COPY]
+    ent[e * NE + E_COPY] = st[E_RECYCLED]
+    st[E_RECYCLED] = e
+    st[PC_EVICTED] += 1
+
+
+@njit(cache=True)
+def take_blocks(cfg, st, px, m):
+    """Allocate m blocks from the front of the free queue, evicting the cached ones met."""
+    st[FREE_BLOCKS] -= m
+    if cfg[PREFIX] == 0:
+        return
+    ent = px[3]
+    while m > 0:
+        e = st[Q_HEAD]
+        if e < 0:
+            st[ANON_TAIL] -= m
+            return
+        a = ent[e * NE + E_ANON]
+        if a > 0:
+            t = a if a < m else m
+            ent[e * NE + E_ANON] = a - t
+            m -= t
+        else:
+            q_unlink(st, ent, e)
+            evict(st, px[2], ent, e)
+            m -= 1
+
+
+@njit(cache=True)
+def new_entry(st, bcopy, ent, node):
+    """A block just filled with identity `node` is cached: a fresh entry, held once, appended to
+    the node's copies."""
+    e = st[E_RECYCLED]
+    if e >= 0:
+        st[E_RECYCLED] = ent[e * NE + E_COPY]
+    else:
+        e = st[E_NEW]
+        st[E_NEW] += 1
+    ent[e * NE + E_NODE] = node
+    ent[e * NE + E_REF] = 1
+    ent[e * NE + E_PREV] = -1
+    ent[e * NE + E_NEXT] = -1
+    ent[e * NE + E_ANON] = 0
+    ent[e * NE + E_COPY] = -1
+    c = bcopy[node]
+    if c < 0:
+        bcopy[node] = e
+    else:
+        while ent[c * NE + E_COPY] >= 0:
+            c = ent[c * NE + E_COPY]
+        ent[c * NE + E_COPY] = e
+    return e
+
+
+@njit(cache=True)
+def register(cfg, st, req, px, rid, upto):
+    """Cache rid's identity blocks that are full once it holds `upto` tokens (vLLM caches them
+    when the step that fills them is scheduled)."""
+    full = min(req[rid, ID_BLOCKS], upto // cfg[BLOCK_SIZE])
+    for j in range(req[rid, CACHED], full):
+        px[1][req[rid, E_START] + j] = new_entry(st, px[2], px[3], block_node(cfg, req, px[0], rid, j))
+    if full > req[rid, CACHED]:
+        req[rid, CACHED] = full
+
+
+@njit(cache=True)
+def lookup(cfg, req, px, rid):
+    """The cached prefix a waiting request would share: (blocks hit, of them held by nobody).
+
+    At most the full blocks of PREFILL_END - 1 tokens: one token is always computed (vLLM's
+    max_cache_hit_length); the walk stops at the first block not cached."""
+    limit = min(req[rid, ID_BLOCKS], (req[rid, PREFILL_END] - 1) // cfg[BLOCK_SIZE])
+    hits = 0
+    idle = 0
+    for j in range(limit):
+        e = px[2][block_node(cfg, req, px[0], rid, j)]
+        if e < 0:
+            break
+        hits += 1
+        if px[3][e * NE + E_REF] == 0:
+            idle += 1
+    return hits, idle
+
+
+@njit(cache=True)
+def touch(cfg, st, req, px, rid, hits):
+    """rid shares its first `hits` identity blocks: each gains a holder, leaving the free queue
+    if nobody held it."""
+    ent = px[3]
+    for j in range(hits):
+        e = px[2][block_node(cfg, req, px[0], rid, j)]
+        if ent[e * NE + E_REF] == 0:
+            q_unlink(st, ent, e)
+            st[FREE_BLOCKS] -= 1
+            st[PC_REUSED] += 1
+        else:
+            st[SHARED] += 1
+        ent[e * NE + E_REF] += 1
+        px[1][req[rid, E_START] + j] = e
+    req[rid, CACHED] = hits
+
+
+@njit(cache=True)
+def count_hits(st, req, rid, tokens):
+    """rid is admitted holding `tokens` prompt tokens from the cache: its prefill starts there.
+    The hit rate counts first admissions (vLLM's queries and hits); re-admissions after a
+    recompute preemption count only in PC_HITS_ALL."""
+    req[rid, HELD] = tokens
+    st[PC_HITS_ALL] += tokens
+    if req[rid, ADMITTED_AT] < 0:
+        st[PC_LOOKUPS] += 1
+        st[PC_QUERIES] += req[rid, PROMPT]
+        st[PC_HITS] += tokens
+        req[rid, HIT_TOKENS] = tokens
+
+
+@njit(cache=True)
+def give_back(cfg, st, req, px, rid):
+    """Free rid's blocks as vLLM does, tail first: the blocks past its cached ones are
+    anonymous; each cached entry loses a holder and joins the queue when it had the last."""
+    if cfg[PREFIX] == 0:
+        st[FREE_BLOCKS] += req[rid, BLOCKS]
+        return
+    cached = req[rid, CACHED]
+    anon = req[rid, BLOCKS] - cached
+    st[FREE_BLOCKS] += anon
+    st[ANON_TAIL] += anon
+    ent = px[3]
+    for j in range(cached - 1, -1, -1):
+        e = px[1][req[rid, E_START] + j]
+        ent[e * NE + E_REF] -= 1
+        if ent[e * NE + E_REF] == 0:
+            q_append(st, ent, e)
+            st[FREE_BLOCKS] += 1
+        else:
+            st[SHARED] -= 1
+    req[rid, CACHED] = 0
+
+
 # -- per-request rules (the reference's Req methods) ---------------------------------------------
 
 
@@ -373,7 +607,12 @@ def external(cfg, st, req, requeued, run_len):
 def tokens_for(cfg, req, rid, budget):
     """Tokens request rid would process this step within `budget`: 1 when decoding; its whole
     prefill (or, chunked, as much as fits); 0 when an unchunked prefill does not fit."""
-    held, tgt = req[rid, HELD], req[rid, PREFILL_END]
+    return tokens_from(cfg, req[rid, HELD], req[rid, PREFILL_END], budget)
+
+
+@njit(cache=True)
+def tokens_from(cfg, held, tgt, budget):
+    """tokens_for of a request holding `held` tokens whose prefill ends at `tgt`."""
     if held >= tgt:
         return 1 if budget >= 1 else 0
     rest = tgt - held
@@ -390,10 +629,10 @@ def held_after(req, rid, n):
 
 
 @njit(cache=True)
-def release(cfg, st, req, run_start, run_len, rid):
+def release(cfg, st, req, px, run_start, run_len, rid):
     """Give a finished request's memory back: its blocks, or its reserved run of slots."""
     if cfg[PAGED] != 0:
-        st[FREE_BLOCKS] += req[rid, BLOCKS]
+        give_back(cfg, st, req, px, rid)
     else:
         free_run(st, run_start, run_len, req[rid, START], req[rid, RESERVED])
 
@@ -462,14 +701,14 @@ def idle_until(cfg, st, req, acc, timeline, until):
 
 
 @njit(cache=True)
-def preempt(cfg, st, req, requeued, swapped, v):
+def preempt(cfg, st, req, px, requeued, swapped, v):
     """Preempt running request v (already taken off the batch): its blocks go back to the pool.
 
     swap: when the CPU pool has room, v's KV moves there and v joins the swapped ring, to resume
     first. Otherwise recompute: v drops its KV (HELD = 0), must prefill prompt + generated again,
     and waits at the front of the requeued ring.
     """
-    st[FREE_BLOCKS] += req[v, BLOCKS]
+    give_back(cfg, st, req, px, v)
     req[v, PREEMPTED] += 1
     st[PREEMPTIONS] += 1
     size = req[v, BLOCKS] * cfg[BLOCK_SIZE]
@@ -493,7 +732,7 @@ def preempt(cfg, st, req, requeued, swapped, v):
 
 
 @njit(cache=True)
-def schedule_running(cfg, st, req, running, sched, requeued, swapped):
+def schedule_running(cfg, st, req, px, running, sched, requeued, swapped):
     """Phase 1, the preemption rule: schedule the running batch in admission order.
 
     Each request takes its tokens (tokens_for) and the blocks they need. While the free pool
@@ -515,14 +754,16 @@ def schedule_running(cfg, st, req, running, sched, requeued, swapped):
         while need > st[FREE_BLOCKS]:
             st[NUM_RUNNING] -= 1
             victim = running[st[NUM_RUNNING]]
-            preempt(cfg, st, req, requeued, swapped, victim)
+            preempt(cfg, st, req, px, requeued, swapped, victim)
             preempted = True
             if victim == rid:
                 scheduled = False
                 break
         if scheduled:
-            st[FREE_BLOCKS] -= need
+            take_blocks(cfg, st, px, need)
             req[rid, BLOCKS] += need
+            if cfg[PREFIX] != 0 and req[rid, HELD] < req[rid, PREFILL_END]:
+                register(cfg, st, req, px, rid, held_after(req, rid, n))
             sched[i] = n
             budget -= n
             i += 1
@@ -539,7 +780,7 @@ def start_running(st, req, running, sched, rid, n):
 
 
 @njit(cache=True)
-def resume_swapped(cfg, st, req, running, sched, swapped, budget):
+def resume_swapped(cfg, st, req, px, running, sched, swapped, budget):
     """Phase 2a: swapped-out requests resume in order while seats, budget and blocks allow."""
     while st[SWAPPED_LEN] > 0 and st[NUM_RUNNING] < cfg[MAX_SEQS]:
         rid = swapped[st[SWAPPED_HEAD]]
@@ -550,7 +791,7 @@ def resume_swapped(cfg, st, req, running, sched, swapped, budget):
         st[SWAPPED_HEAD] = (st[SWAPPED_HEAD] + 1) % cfg[QUEUE_CAP]
         st[SWAPPED_LEN] -= 1
         st[SWAP_USED] -= req[rid, BLOCKS] * cfg[BLOCK_SIZE]
-        st[FREE_BLOCKS] -= need
+        take_blocks(cfg, st, px, need)
         req[rid, BLOCKS] = need
         start_running(st, req, running, sched, rid, n)
         budget -= n
@@ -558,7 +799,20 @@ def resume_swapped(cfg, st, req, running, sched, swapped, budget):
 
 
 @njit(cache=True)
-def admit(cfg, st, req, running, sched, requeued, run_start, run_len, budget):
+def waiting_need(cfg, req, px, rid, budget):
+    """What admitting waiting request rid would take: (tokens now, blocks hit in the prefix
+    cache, of them held by nobody, new blocks). Blocks it needs from the free pool: new + idle
+    hits (a hit nobody holds leaves the free queue), as vLLM's allocate_slots counts them."""
+    hits, idle = (0, 0)
+    if cfg[PREFIX] != 0:
+        hits, idle = lookup(cfg, req, px, rid)
+    held = hits * cfg[BLOCK_SIZE]
+    n = tokens_from(cfg, held, req[rid, PREFILL_END], budget)
+    return n, hits, idle, cdiv(held + n, cfg[BLOCK_SIZE]) - hits
+
+
+@njit(cache=True)
+def admit(cfg, st, req, px, running, sched, requeued, run_start, run_len, budget):
     """Phase 2b, the admission rule: first come, first served, no skipping.
 
     The head of the waiting queue (requeued first, then arrivals) starts while a seat is free
@@ -570,16 +824,21 @@ def admit(cfg, st, req, running, sched, requeued, run_start, run_len, budget):
         rid = waiting_head(st, req, requeued)
         if rid < 0:
             break
-        n = tokens_for(cfg, req, rid, budget)
-        if n == 0:
-            break
         if cfg[PAGED] != 0:
-            need = cdiv(held_after(req, rid, n), cfg[BLOCK_SIZE])
-            if need > st[FREE_BLOCKS]:
+            n, hits, idle, new = waiting_need(cfg, req, px, rid, budget)
+            if n == 0 or new + idle > st[FREE_BLOCKS]:
                 break
-            st[FREE_BLOCKS] -= need
-            req[rid, BLOCKS] = need
+            if cfg[PREFIX] != 0:
+                touch(cfg, st, req, px, rid, hits)
+                count_hits(st, req, rid, hits * cfg[BLOCK_SIZE])
+            take_blocks(cfg, st, px, new)
+            req[rid, BLOCKS] = hits + new
+            if cfg[PREFIX] != 0:
+                register(cfg, st, req, px, rid, held_after(req, rid, n))
         else:
+            n = tokens_for(cfg, req, rid, budget)
+            if n == 0:
+                break
             start = first_fit(st, run_start, run_len, req[rid, RESERVED])
             if start < 0:
                 break
@@ -624,10 +883,14 @@ def batch_sums(cfg, req, running, sched, n):
 
 
 @njit(cache=True)
-def run_step(cfg, st, req, running, sched, requeued, run_start, run_len, timeline, acc):
-    """Phase 3: time the step, account for it, apply its tokens, finish requests."""
+def run_step(cfg, st, req, px, running, sched, requeued, run_start, run_len, timeline, acc):
+    """Phase 3: time the step, account for it, apply its tokens, finish requests. Memory is
+    counted once per block: a block several requests share counts for one."""
     n = st[NUM_RUNNING]
     kv, processed, tokens, alloc, final, nreq, pairs = batch_sums(cfg, req, running, sched, n)
+    shared = st[SHARED] * cfg[BLOCK_SIZE]
+    tokens -= shared
+    alloc -= shared
     dt = step_dt(cfg, kv, processed, nreq, pairs)
     ext = external(cfg, st, req, requeued, run_len)
     account_span(cfg, st, req, acc, timeline, dt, n, waiting_count(st, req, st[NOW]), tokens, alloc, final, ext)
@@ -644,7 +907,7 @@ def run_step(cfg, st, req, running, sched, requeued, run_start, run_len, timelin
                     req[rid, FIRST_TOKEN_AT] = end
                 if req[rid, GENERATED] == req[rid, OUTPUT]:
                     req[rid, FINISHED_AT] = end
-                    release(cfg, st, req, run_start, run_len, rid)
+                    release(cfg, st, req, px, run_start, run_len, rid)
                     st[DONE] += 1
                     continue
         running[kept] = rid
@@ -655,15 +918,15 @@ def run_step(cfg, st, req, running, sched, requeued, run_start, run_len, timelin
 
 
 @njit(cache=True)
-def do_step(cfg, st, req, running, sched, requeued, swapped, run_start, run_len, timeline, acc):
+def do_step(cfg, st, req, px, running, sched, requeued, swapped, run_start, run_len, timeline, acc):
     """One scheduler step, as the reference's: the running batch, then (when nothing was
     preempted) swapped-out requests, then (when none is left swapped out) new admissions."""
-    budget, preempted = schedule_running(cfg, st, req, running, sched, requeued, swapped)
+    budget, preempted = schedule_running(cfg, st, req, px, running, sched, requeued, swapped)
     if not preempted:
-        budget = resume_swapped(cfg, st, req, running, sched, swapped, budget)
+        budget = resume_swapped(cfg, st, req, px, running, sched, swapped, budget)
         if st[SWAPPED_LEN] == 0:
-            admit(cfg, st, req, running, sched, requeued, run_start, run_len, budget)
-    run_step(cfg, st, req, running, sched, requeued, run_start, run_len, timeline, acc)
+            admit(cfg, st, req, px, running, sched, requeued, run_start, run_len, budget)
+    run_step(cfg, st, req, px, running, sched, requeued, run_start, run_len, timeline, acc)
 
 
 # -- jumps over decode-only stretches ------------------------------------------------------------
@@ -695,19 +958,32 @@ def fit_steps(cfg, req, running, n, k, free):
 
 
 @njit(cache=True)
-def can_admit(cfg, st, req, requeued, swapped, run_len, free, budget):
-    """Whether the admission phase would start anything, given the free blocks after phase 1."""
+def can_admit(cfg, st, req, px, requeued, swapped, run_len, free, budget):
+    """Whether the admission phase would start anything, given the free blocks after phase 1:
+    0 no, 1 yes, 2 not now, but possibly once blocks are evicted.
+
+    With prefix caching a head whose hits nobody holds counts them against the free pool; if
+    one of them were evicted, its hits would end there and those blocks leave the count, so
+    evictions can make room for it (2). It never needs fewer than its new blocks, which only
+    grow as hits shrink: when those do not fit either, no eviction helps (0)."""
     if st[NUM_RUNNING] >= cfg[MAX_SEQS]:
-        return False
+        return 0
     rid = swapped[st[SWAPPED_HEAD]] if st[SWAPPED_LEN] > 0 else waiting_head(st, req, requeued)
     if rid < 0:
-        return False
-    n = tokens_for(cfg, req, rid, budget)
+        return 0
+    if cfg[PAGED] == 0:
+        if tokens_for(cfg, req, rid, budget) == 0:
+            return 0
+        return 1 if largest_run(st, run_len) >= req[rid, RESERVED] else 0
+    if st[SWAPPED_LEN] > 0:
+        n = tokens_for(cfg, req, rid, budget)
+        return 1 if n > 0 and cdiv(held_after(req, rid, n), cfg[BLOCK_SIZE]) <= free else 0
+    n, hits, idle, new = waiting_need(cfg, req, px, rid, budget)
     if n == 0:
-        return False
-    if cfg[PAGED] != 0:
-        return cdiv(held_after(req, rid, n), cfg[BLOCK_SIZE]) <= free
-    return largest_run(st, run_len) >= req[rid, RESERVED]
+        return 0
+    if new + idle <= free:
+        return 1
+    return 2 if idle > 0 and new <= free else 0
 
 
 @njit(cache=True)
@@ -726,10 +1002,11 @@ def steps_before(delta, k, flat, base, slope, jstar):
 
 
 @njit(cache=True)
-def piece(cfg, req, running, acc, n, h0, j0, j1, d, e, alloc, final, ext):
+def piece(cfg, st, req, running, acc, n, h0, j0, j1, d, e, alloc, final, ext):
     """Integrals of jump steps j0..j1-1, whose durations are d + e * (j - j0)."""
     length = j1 - j0
     sumdt = length * d + e * sum_i(length)
+    mac(acc, ACC_SHARED, st[SHARED] * cfg[BLOCK_SIZE], sumdt)
     mac(acc, ACC_TIME, ONE, sumdt)
     mac(acc, ACC_RUNNING, n, sumdt)
     a = h0 + n * (j0 + 1)  # tokens held during step j0
@@ -768,19 +1045,24 @@ def jump_samples(cfg, st, req, running, timeline, k, n, h0, tp, alloc, final, ex
             alloc = 0
             for i in range(n):
                 alloc += cdiv(req[running[i], HELD] + j + 1, cfg[BLOCK_SIZE]) * cfg[BLOCK_SIZE]
+        shared = st[SHARED] * cfg[BLOCK_SIZE]
+        tokens -= shared
+        alloc -= shared
         reserved, internal, free = memory_parts(cfg, tokens, alloc, final, ext)
         waiting = waiting_count(st, req, t + cum(j, flat, base, slope, jstar))
         record_sample(cfg, st, timeline, when, n, waiting, tokens, reserved, internal, ext, free)
 
 
 @njit(cache=True)
-def do_jump(cfg, st, req, running, requeued, run_start, run_len, timeline, acc, k, n, h0):
+def do_jump(cfg, st, req, px, running, requeued, run_start, run_len, timeline, acc, k, n, h0):
     """Advance the n running requests (holding h0 tokens in all) by k decode steps at once.
 
     The step time is flat while compute binds, then grows by `slope` ticks a step as the KV
     read grows (jump_params), so the integrals split into at most two pieces, each a closed
     form; then every request gains k tokens and its blocks, and those whose last token this
-    was finish at the jump's end.
+    was finish at the jump's end. As in the step-by-step rules, every block is taken before
+    any finished request frees its own (it matters with prefix caching: the order of the free
+    queue decides what is evicted).
     """
     tp = jump_params(cfg, h0, n)
     flat, base, slope, jstar = tp
@@ -793,23 +1075,27 @@ def do_jump(cfg, st, req, running, requeued, run_start, run_len, timeline, acc, 
     ext = external(cfg, st, req, requeued, run_len)
     split = min(jstar, k)
     if split > 0:
-        piece(cfg, req, running, acc, n, h0, ZERO, split, flat, ZERO, alloc, final, ext)
+        piece(cfg, st, req, running, acc, n, h0, ZERO, split, flat, ZERO, alloc, final, ext)
     if split < k:
-        piece(cfg, req, running, acc, n, h0, split, k, base + slope * split, slope, alloc, final, ext)
+        piece(cfg, st, req, running, acc, n, h0, split, k, base + slope * split, slope, alloc, final, ext)
     jump_samples(cfg, st, req, running, timeline, k, n, h0, tp, alloc, final, ext)
     end = st[NOW] + cum(k, flat, base, slope, jstar)
-    kept = 0
+    taken = 0
     for i in range(n):
         rid = running[i]
         req[rid, HELD] += k
         req[rid, GENERATED] += k
         if cfg[PAGED] != 0:
             blocks = cdiv(req[rid, HELD], cfg[BLOCK_SIZE])
-            st[FREE_BLOCKS] -= blocks - req[rid, BLOCKS]
+            taken += blocks - req[rid, BLOCKS]
             req[rid, BLOCKS] = blocks
+    take_blocks(cfg, st, px, taken)
+    kept = 0
+    for i in range(n):
+        rid = running[i]
         if req[rid, GENERATED] == req[rid, OUTPUT]:
             req[rid, FINISHED_AT] = end
-            release(cfg, st, req, run_start, run_len, rid)
+            release(cfg, st, req, px, run_start, run_len, rid)
             st[DONE] += 1
         else:
             running[kept] = rid
@@ -821,13 +1107,16 @@ def do_jump(cfg, st, req, running, requeued, run_start, run_len, timeline, acc, 
 
 
 @njit(cache=True)
-def try_jump(cfg, st, req, running, requeued, swapped, run_start, run_len, timeline, acc):
+def try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, timeline, acc):
     """Jump over the decode-only steps before the next event; False when this step is an event.
 
     A jump is taken only when the next step is decode-only (no prefill left in the batch) and
     nothing but token counts can change: no admission is possible even after this step's
     blocks (can_admit), and k is cut to the steps whose blocks fit the free pool, to the
     first finish, and to the next arrival that could be admitted or the last one loaded.
+    With prefix caching, when evictions could make room for the head (can_admit 2), k is also
+    cut to the steps whose blocks come from the anonymous free blocks at the front of the
+    queue, so that nothing is evicted.
     """
     n = st[NUM_RUNNING]
     if n == 0 or n > cfg[TOKEN_BUDGET]:
@@ -845,10 +1134,15 @@ def try_jump(cfg, st, req, running, requeued, swapped, run_start, run_len, timel
         h0 += held
         if paged:
             first += cdiv(held + 1, cfg[BLOCK_SIZE]) - req[rid, BLOCKS]
-    if can_admit(cfg, st, req, requeued, swapped, run_len, st[FREE_BLOCKS] - first, cfg[TOKEN_BUDGET] - n):
+    admissible = can_admit(cfg, st, req, px, requeued, swapped, run_len, st[FREE_BLOCKS] - first,
+                           cfg[TOKEN_BUDGET] - n)
+    if admissible == 1:
         return False
     if paged:
-        k = fit_steps(cfg, req, running, n, k, st[FREE_BLOCKS])
+        free = st[FREE_BLOCKS]
+        if admissible == 2 and st[Q_HEAD] >= 0:
+            free = min(free, px[3][st[Q_HEAD] * NE + E_ANON])
+        k = fit_steps(cfg, req, running, n, k, free)
         if k == 0:
             return False
     stop = INF
@@ -860,7 +1154,7 @@ def try_jump(cfg, st, req, running, requeued, swapped, run_start, run_len, timel
     if stop < INF:
         flat, base, slope, jstar = jump_params(cfg, h0, n)
         k = steps_before(stop - st[NOW], k, flat, base, slope, jstar)
-    do_jump(cfg, st, req, running, requeued, run_start, run_len, timeline, acc, k, n, h0)
+    do_jump(cfg, st, req, px, running, requeued, run_start, run_len, timeline, acc, k, n, h0)
     st[JUMPS] += 1
     return True
 
@@ -869,7 +1163,7 @@ def try_jump(cfg, st, req, running, requeued, swapped, run_start, run_len, timel
 
 
 @njit(cache=True)
-def run(cfg, st, req, running, sched, requeued, swapped, run_start, run_len, timeline, acc, max_events):
+def run(cfg, st, req, px, running, sched, requeued, swapped, run_start, run_len, timeline, acc, max_events):
     """Simulate until done (0), until more requests must be loaded (1), for max_events (2), or
     until the clock passes CLOCK_LIMIT (3). No event moves the clock by more than 2**61 ticks
     (engine.py bounds the longest step and MAX_JUMP), so it never overflows int64."""
@@ -886,7 +1180,7 @@ def run(cfg, st, req, running, sched, requeued, swapped, run_start, run_len, tim
             if fresh >= loaded:
                 return 0
             idle_until(cfg, st, req, acc, timeline, req[fresh, ARRIVAL])
-        elif not try_jump(cfg, st, req, running, requeued, swapped, run_start, run_len, timeline, acc):
-            do_step(cfg, st, req, running, sched, requeued, swapped, run_start, run_len, timeline, acc)
+        elif not try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, timeline, acc):
+            do_step(cfg, st, req, px, running, sched, requeued, swapped, run_start, run_len, timeline, acc)
         st[EVENTS] += 1
     return 2

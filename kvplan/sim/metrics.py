@@ -36,6 +36,33 @@ TIMELINE_FIELDS = ("time", "running", "waiting", "token_states", "reserved", "in
 BREAKDOWN_KEYS = ("token_states", "reserved", "internal", "external", "free")
 
 
+@dataclass(frozen=True, slots=True)
+class PrefixCounts:
+    """Automatic prefix caching over a serve run, with vLLM's definitions.
+
+    lookups: requests looked up at their first admission; queries: their prompt tokens; hits:
+    those prompt tokens found cached (their prefill skipped). hits_all also counts the tokens
+    found again when a request preempted by recompute is admitted anew. evicted: cached blocks
+    taken for new data; reused: hits on a cached block that no running request held.
+    """
+
+    lookups: int
+    queries: int
+    hits: int
+    hits_all: int
+    evicted: int
+    reused: int
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.queries if self.queries else 0.0
+
+    def to_dict(self) -> dict:
+        return {"prefix_hit_rate": self.hit_rate, "prefill_tokens_saved": self.hits_all,
+                "lookups": self.lookups, "query_tokens": self.queries, "hit_tokens": self.hits,
+                "blocks_evicted": self.evicted, "blocks_reused": self.reused}
+
+
 @dataclass(slots=True)
 class RawRun:
     """What an engine produces: integers only."""
@@ -59,6 +86,8 @@ class RawRun:
     timeline: np.ndarray  # (points, 8) int64, columns TIMELINE_FIELDS, time in ticks
     timeline_delta: int  # ticks between timeline points
     sent: np.ndarray | None = None  # per request, ticks the client sent it (None: its arrival)
+    prefix: PrefixCounts | None = None  # with prefix caching
+    hit_tokens: np.ndarray | None = None  # with prefix caching: per request, prompt tokens hit
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +128,11 @@ class RequestRecords:
     columns: dict[str, np.ndarray]
 
     FIELDS = ("arrival", "admitted", "first_token", "finish", "prompt", "output", "preemptions")
+    # with prefix caching also "cached_tokens": the prompt tokens its first admission found cached
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(self.columns)
 
     def __len__(self) -> int:
         return len(self.columns["prompt"])
@@ -150,6 +184,7 @@ class ServeResult:
     breakdown: dict[str, float]  # BREAKDOWN_KEYS, fractions of the pool
     timeline: Timeline | None = None
     requests: RequestRecords | None = None
+    prefix: PrefixCounts | None = None  # None: prefix caching off
 
     @property
     def wasted_slots(self) -> float:
@@ -173,6 +208,8 @@ class ServeResult:
             "allocated_slots": self.allocated_slots, "tokens_stored": self.tokens_stored,
             "wasted_slots": self.wasted_slots, "utilization": self.utilization,
             "memory_breakdown": dict(self.breakdown),
+            "prefix_caching": self.prefix is not None,
+            "prefix_cache": self.prefix.to_dict() if self.prefix is not None else None,
         }  # fmt: skip
 
 
@@ -242,8 +279,9 @@ def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False)
                  for k in ("arrival", "admitted", "first_token", "finish")}
         if raw.sent is not None:
             times["arrival"] = raw.sent / per_unit  # when the client sent it
+        cached = {} if raw.hit_tokens is None else {"cached_tokens": raw.hit_tokens}
         records = RequestRecords({**times, "prompt": raw.prompt, "output": raw.output,
-                                  "preemptions": raw.preemptions})
+                                  "preemptions": raw.preemptions, **cached})
     return ServeResult(
         allocator="paged" if setup.paged else "contiguous", label=setup.label, policy=setup.policy,
         block_size=setup.block_size if setup.paged else None,
@@ -263,4 +301,5 @@ def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False)
         breakdown={k: (v / total if total else 0.0) for k, v in parts.items()},
         timeline=_timeline(raw, setup),
         requests=records,
+        prefix=raw.prefix,
     )  # fmt: skip

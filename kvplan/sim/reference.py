@@ -24,19 +24,31 @@ One step, starting at time t (vLLM v1's scheduler, with v0's swap queue):
    whose KV the next step computes (so a request of P prompt and O output tokens ends holding
    P + O - 1, and admission takes ceil(P / B) blocks, as vLLM's allocate_slots does). A request
    that reaches its output length finishes at the end of the step and frees its memory at once.
+
+Automatic prefix caching (paged, `prefix_caching`), vLLM V1's block pool block by block
+(`BlockPool` below): every free block waits in one queue, oldest first; a request's blocks are
+freed tail first (appended to the back), and new blocks are taken from the front, evicting a
+cached block met there. A full prompt block with an identity (`prefix_ids.py`) is cached when the
+step that fills it is scheduled (copies are not merged: two requests that computed the same
+block both cache theirs, and a lookup takes the oldest copy). A waiting request, at admission,
+looks up its identity blocks from the first, stopping at the first one not cached and keeping at
+least one prompt token to compute; it shares the blocks found (a free one leaves the queue) and
+its prefill starts after them. It needs new blocks for what it computes now plus the hit blocks
+nobody holds; if those do not fit, it waits (FCFS). Memory is counted per physical block: a block
+several running requests share counts once.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from kvplan.memory.contiguous import ContiguousPool
 from kvplan.model.step_time import prefill_pairs
 from kvplan.sim.inputs import SimSetup, make_setup, prepared_chunks
-from kvplan.sim.metrics import RawRun, ServeResult, build_result
+from kvplan.sim.metrics import PrefixCounts, RawRun, ServeResult, build_result
 from kvplan.sim.sampling import TIMELINE_POINTS, TimelineSampler
 from kvplan.workload.records import AllocatorSpec, Workload
 
@@ -57,6 +69,11 @@ class Req:
     finish: int = -1
     preemptions: int = 0
     sent: int = -1  # the client's send tick, when the API server delays the request (-1: its arrival)
+    nodes: list = field(default_factory=list)  # prefix caching: block node of each identity block
+    table: list = field(default_factory=list)  # prefix caching: its physical blocks, in order
+    cached: int = 0  # prefix caching: leading blocks of `table` that are cached (hit or registered)
+    hit_tokens: int = 0  # prefix caching: prompt tokens its first admission found cached
+    swapped_slots: int = 0  # swap: CPU slots its KV takes while swapped out
 
     @property
     def prefilling(self) -> bool:
@@ -66,6 +83,61 @@ class Req:
         """Tokens held after processing `n` tokens. The token a completed prefill samples has its
         KV computed by the next step (vLLM's allocate_slots: ceil(prompt / B) blocks at admission)."""
         return self.held + n
+
+
+class BlockPool:
+    """vLLM's block pool with prefix caching, one physical block at a time."""
+
+    def __init__(self, num_blocks: int):
+        self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # free, LRU
+        self.ref = [0] * num_blocks
+        self.node: list = [None] * num_blocks  # the block node a cached block holds
+        self.copies: dict[int, list[int]] = {}  # block node -> its cached blocks, oldest first
+        self.evicted = self.reused = 0
+
+    @property
+    def num_free(self) -> int:
+        return len(self.queue)
+
+    def lookup(self, nodes: list, limit: int) -> list[int]:
+        found = []
+        for node in nodes[:limit]:
+            if node not in self.copies:
+                break
+            found.append(self.copies[node][0])
+        return found
+
+    def touch(self, blocks: list[int]) -> None:
+        for b in blocks:
+            if self.ref[b] == 0:
+                del self.queue[b]
+                self.reused += 1
+            self.ref[b] += 1
+
+    def take(self, m: int) -> list[int]:
+        out = []
+        for _ in range(m):
+            b, _ = self.queue.popitem(last=False)
+            if self.node[b] is not None:
+                copies = self.copies[self.node[b]]
+                copies.remove(b)
+                if not copies:
+                    del self.copies[self.node[b]]
+                self.node[b] = None
+                self.evicted += 1
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def cache(self, block: int, node) -> None:
+        self.node[block] = node
+        self.copies.setdefault(node, []).append(block)
+
+    def free(self, blocks: list[int]) -> None:
+        for b in reversed(blocks):  # tail first: a shared head outlives the tails behind it
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.queue[b] = None
 
 
 class ReferenceSim:
@@ -79,6 +151,8 @@ class ReferenceSim:
         self.next_arrival = 0
         self.free_blocks = setup.num_blocks
         self.pool = None if setup.paged else ContiguousPool(setup.slots)
+        self.blocks = BlockPool(setup.num_blocks) if setup.prefix_caching else None
+        self.lookups = self.queries = self.hits = self.hits_all = 0
         self.cpu_used = 0
         self.t = reqs[0].arrival if reqs else 0
         self.origin = self.t
@@ -128,16 +202,53 @@ class ReferenceSim:
 
     # -- phase 1: running requests ---------------------------------------------------------------
 
-    def tokens_for(self, req: Req, budget: int) -> int:
-        if not req.prefilling:
+    def tokens_for(self, req: Req, budget: int, held: int | None = None) -> int:
+        held = req.held if held is None else held
+        if held >= req.target:
             return 1 if budget >= 1 else 0
-        rest = req.target - req.held
+        rest = req.target - held
         if self.sched.chunked_prefill:
             return min(rest, budget)
         return rest if rest <= budget else 0
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.s.block_size)
+
+    # -- paged memory, with or without the prefix cache ------------------------------------------
+
+    def num_free(self) -> int:
+        return self.blocks.num_free if self.blocks is not None else self.free_blocks
+
+    def grow(self, req: Req, need: int, n: int) -> None:
+        """A running (or resuming) request takes `need` more blocks for its `n` tokens."""
+        if self.blocks is not None:
+            req.table += self.blocks.take(need)
+            self.register(req, req.held + n)
+        else:
+            self.free_blocks -= need
+        req.blocks += need
+
+    def register(self, req: Req, upto: int) -> None:
+        """Cache its identity blocks that are full once it holds `upto` tokens."""
+        full = min(len(req.nodes), upto // self.s.block_size)
+        for j in range(req.cached, full):
+            self.blocks.cache(req.table[j], req.nodes[j])
+        req.cached = max(req.cached, full)
+
+    def release(self, req: Req) -> None:
+        if self.blocks is not None:
+            self.blocks.free(req.table)
+            req.table, req.cached = [], 0
+        else:
+            self.free_blocks += req.blocks
+        req.blocks = 0
+
+    def shared_slots(self) -> int:
+        """Slots counted twice or more by the per-request sums: blocks several requests hold."""
+        if self.blocks is None:
+            return 0
+        held = [b for r in self.running for b in r.table[:r.cached]]
+        return (len(held) - len(set(held))) * self.s.block_size
 
     def schedule_running(self, work: dict[int, int]) -> tuple[int, bool]:
         budget, preempted, i = self.sched.max_num_batched_tokens, False, 0
@@ -148,7 +259,7 @@ class ReferenceSim:
                 i += 1
                 continue
             need = self.blocks_for(req.held_after(n)) - req.blocks if self.s.paged else 0
-            while need > self.free_blocks:
+            while need > self.num_free():
                 victim = self.running.pop()
                 assert victim.rid not in work
                 self.preempt(victim)
@@ -156,25 +267,25 @@ class ReferenceSim:
                 if victim is req:
                     break
             else:
-                self.free_blocks -= need
-                req.blocks += need
+                self.grow(req, need, n)
                 work[req.rid] = n
                 budget -= n
                 i += 1
         return budget, preempted
 
     def preempt(self, victim: Req) -> None:
-        self.free_blocks += victim.blocks
+        size = victim.blocks * self.s.block_size
+        self.release(victim)
         victim.preemptions += 1
         self.preemptions += 1
-        size = victim.blocks * self.s.block_size
         if self.sched.preemption == "swap" and self.cpu_used + size <= self.sched.swap_slots:
             self.cpu_used += size
+            victim.swapped_slots = size
             self.swap_outs += 1
             self.swapped.append(victim)
             return
         self.recomputed += victim.held
-        victim.held, victim.blocks = 0, 0
+        victim.held = 0
         victim.target = victim.prompt + victim.generated
         self.waiting.appendleft(victim)
 
@@ -185,33 +296,49 @@ class ReferenceSim:
             req = self.swapped[0]
             n = self.tokens_for(req, budget)
             need = self.blocks_for(req.held_after(n))
-            if n == 0 or need > self.free_blocks:
+            if n == 0 or need > self.num_free():
                 break
             self.swapped.popleft()
-            self.cpu_used -= req.blocks * self.s.block_size
-            self.free_blocks -= need
-            req.blocks = need
+            self.cpu_used -= req.swapped_slots
+            self.grow(req, need, n)
             self.running.append(req)
             work[req.rid] = n
             budget -= n
         return budget
 
-    def place(self, req: Req, tokens: int) -> bool:
-        """Give a newly admitted request its memory; False (and nothing changed) if it cannot."""
-        if self.s.paged:
-            need = self.blocks_for(tokens)
-            if need > self.free_blocks:
-                return False
-            self.free_blocks -= need
-            req.blocks = need
-            return True
-        return self.pool.allocate(req.rid, req.reserve) is not None
+    def place(self, req: Req, budget: int) -> int:
+        """Give the waiting request its memory for this step: the tokens it processes, or 0 (and
+        nothing changed) if it cannot start."""
+        if not self.s.paged:
+            n = self.tokens_for(req, budget)
+            return n if n and self.pool.allocate(req.rid, req.reserve) is not None else 0
+        hits = []
+        if self.blocks is not None:
+            limit = min(len(req.nodes), (req.target - 1) // self.s.block_size)
+            hits = self.blocks.lookup(req.nodes, limit)
+        held = len(hits) * self.s.block_size
+        n = self.tokens_for(req, budget, held)
+        new = self.blocks_for(held + n) - len(hits)
+        idle = sum(1 for b in hits if self.blocks.ref[b] == 0)
+        if n == 0 or new + idle > self.num_free():
+            return 0
+        if self.blocks is not None:
+            self.blocks.touch(hits)
+            req.table, req.cached, req.held, req.blocks = list(hits), len(hits), held, len(hits)
+            self.hits_all += held
+            if req.admitted < 0:
+                self.lookups += 1
+                self.queries += req.prompt
+                self.hits += held
+                req.hit_tokens = held
+        self.grow(req, new, n)
+        return n
 
     def admit(self, work: dict[int, int], budget: int) -> None:
         while self.waiting and len(self.running) < self.sched.max_num_seqs:
             req = self.waiting[0]
-            n = self.tokens_for(req, budget)
-            if n == 0 or not self.place(req, req.held_after(n)):
+            n = self.place(req, budget)
+            if n == 0:
                 break
             self.waiting.popleft()
             self.running.append(req)
@@ -233,9 +360,11 @@ class ReferenceSim:
         return sum(length for _, length in self.pool.free_runs() if length < need)
 
     def account(self, work: dict[int, int], dt: int) -> None:
+        shared = self.shared_slots()
         tokens = sum(r.held_after(work[r.rid]) if r.rid in work else r.held for r in self.running)
+        tokens -= shared
         if self.s.paged:
-            alloc, final = sum(r.blocks for r in self.running) * self.s.block_size, 0
+            alloc, final = sum(r.blocks for r in self.running) * self.s.block_size - shared, 0
         else:
             alloc = sum(r.reserve for r in self.running)
             final = sum(r.prompt + r.output - 1 for r in self.running)  # the KV each ends holding
@@ -263,7 +392,8 @@ class ReferenceSim:
             if req.generated == req.output:
                 req.finish = end
                 self.running.remove(req)
-                self.free_blocks += req.blocks
+                if self.s.paged:
+                    self.release(req)
                 if self.pool is not None:
                     self.pool.free(req.rid)
 
@@ -279,7 +409,19 @@ class ReferenceSim:
             recomputed_tokens=self.recomputed, peak_running=self.peak,
             t_origin=self.origin, t_end=self.t, integrals=dict(self.integrals),
             timeline=self.sampler.array(), timeline_delta=self.sampler.delta,
+            prefix=None if self.blocks is None else PrefixCounts(
+                self.lookups, self.queries, self.hits, self.hits_all, self.blocks.evicted,
+                self.blocks.reused),
+            hit_tokens=None if self.blocks is None else col("hit_tokens"),
         )  # fmt: skip
+
+
+def _block_nodes(ids) -> list[list[int]]:
+    """Each request's block nodes (trie node x H/B + sub-block), spelled out block by block."""
+    ends = np.cumsum(ids.counts).tolist()
+    nodes = ids.nodes.tolist()
+    return [[node * ids.per + sub for node in nodes[end - count:end] for sub in range(ids.per)]
+            for end, count in zip(ends, ids.counts.tolist())]
 
 
 def simulate_reference(workload: Workload, allocator: AllocatorSpec, *, progress=None,
@@ -293,9 +435,12 @@ def simulate_reference(workload: Workload, allocator: AllocatorSpec, *, progress
         clipped += chunk.clipped
         sent = chunk.sent if chunk.sent is not None else chunk.arrival
         delayed |= chunk.sent is not None
-        for a, p, o, r, t in zip(chunk.arrival.tolist(), chunk.prompt.tolist(),
-                                 chunk.output.tolist(), chunk.reserve.tolist(), sent.tolist()):
-            reqs.append(Req(len(reqs), a, p, o, r, target=p, sent=t))
+        nodes = _block_nodes(chunk.ids) if chunk.ids is not None else [[] for _ in range(len(chunk))]
+        for i, (a, p, o, r, t) in enumerate(zip(chunk.arrival.tolist(), chunk.prompt.tolist(),
+                                                chunk.output.tolist(), chunk.reserve.tolist(),
+                                                sent.tolist())):
+            reqs.append(Req(len(reqs), a, p, o, r, target=p, sent=t,
+                            nodes=nodes[i]))
     sim = ReferenceSim(setup, reqs, timeline_points)
     sim.run()
     if progress is not None:

@@ -76,7 +76,8 @@ def workload_schema() -> dict:
     scheduler_props = {"max_num_seqs": COUNT, "max_num_batched_tokens": COUNT, "max_model_len": COUNT,
                        "chunked_prefill": {"type": "boolean"}, "preemption": {"enum": ["recompute", "swap"]},
                        "swap_space": SIZE, "swap_slots": {"type": "integer", "minimum": 0},
-                       "null_block": {"type": "boolean"}}
+                       "null_block": {"type": "boolean"},
+                       "prefix_caching": {"type": "boolean"}}
     timing_props = {"model": {"enum": ["physical", "roofline"]},
                     "bandwidth_efficiency": {"type": "number", "minimum": 0.01, "maximum": 1},
                     "flops_efficiency": {"type": "number", "minimum": 0.01, "maximum": 1},

@@ -72,7 +72,7 @@ TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "poo
 
 POOL_KEYS = ("slots", "kv_memory", "gpu_memory_utilization")
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
-                  "swap_space", "swap_slots", "null_block")
+                  "swap_space", "swap_slots", "null_block", "prefix_caching")
 REQUEST_KEYS = ("count", "prompt", "output", "arrival")
 TRACE_KEYS = ("format", "path", "limit", "time_scale", "repeat", "too_long", "history")
 TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms")
@@ -187,7 +187,8 @@ def _scheduler(node: YamlMap | None, doc: YamlMap, layout, bytes_per_slot, gpu=N
     preemption = node.get_choice("preemption", ("recompute", "swap"), "recompute")
     return SchedulerConfig(seqs, batched, mml, chunked, preemption,
                            _swap_slots(node, preemption, bytes_per_slot),
-                           node.get_bool("null_block", True))  # fmt: skip
+                           node.get_bool("null_block", True),
+                           node.get_bool("prefix_caching", True))  # fmt: skip
 
 
 def _swap_slots(node: YamlMap, preemption: str, bytes_per_slot: int | None) -> int:
