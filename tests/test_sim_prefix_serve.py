@@ -218,7 +218,7 @@ def test_one_request_at_a_time_hits_what_the_replay_finds(tmp_path, fmt, rel, bl
     serve.write_text("experiment: serve\n" + common + f"scheduler: {{max_num_seqs: 1, null_block: false, "
                      f"max_model_len: {blocks * b}, max_num_batched_tokens: {blocks * b}}}\n")
     replay = tmp_path / "replay.yaml"
-    replay.write_text("experiment: prefix\n" + common + f"scheduler: {{max_model_len: {blocks * b}}}\n"
+    replay.write_text("experiment: prefix\n" + common + f"scheduler: {{max_model_len: {blocks * b}, null_block: false}}\n"
                       "prefix: {max_running: 1, hold_output: true}\n")
     served = document(load(serve))["results"][0]["prefix_cache"]
     replayed = document(load(replay))["results"][0]
@@ -226,3 +226,152 @@ def test_one_request_at_a_time_hits_what_the_replay_finds(tmp_path, fmt, rel, bl
     assert served["hit_tokens"] == replayed["hits"] and served["query_tokens"] == replayed["queries"]
     assert served["prefix_hit_rate"] == replayed["hit_rate"]
     assert served["blocks_evicted"] > 0  # the pool was small enough to matter
+
+
+# -- hybrid layer groups -------------------------------------------------------------------------
+
+from kvplan.model.layout import KVLayout, LayerGroup  # noqa: E402
+
+
+def small_hybrid_layout(rng) -> KVLayout:
+    """A tiny model of sliding and full layers (and sometimes recurrent state), small windows."""
+    groups = [LayerGroup("full", int(rng.integers(1, 3)), 1, 4, 4),
+              LayerGroup("sliding", int(rng.integers(1, 6)), 1, 4, 4, window=int(rng.integers(2, 40)))]
+    if rng.random() < 0.3:
+        groups = [groups[0], LayerGroup("state", int(rng.integers(1, 6)), state_elems=8)]
+    elif rng.random() < 0.3:
+        groups.append(LayerGroup("state", int(rng.integers(1, 4)), state_elems=8))
+    return KVLayout("tiny-hybrid", "auto", 1, tuple(groups), None)
+
+
+def random_hybrid_workload(seed: int, big: bool = False):
+    from kvplan.model.vllm_kv_groups import kv_groups
+
+    rng = np.random.default_rng([seed, 99, int(big)])
+    layout = small_hybrid_layout(rng)
+    b = int(rng.choice([1, 2, 4, 8, 16]))
+    groups = kv_groups(layout, b)
+    if groups is None:
+        return None
+    mml = int(rng.integers(16, 200) if big else rng.integers(8, 64))
+    n = int(rng.integers(40, 160) if big else rng.integers(1, 30))
+    prompt = rng.integers(1, mml, n)
+    output = np.minimum(rng.integers(0, 80, n), mml - prompt)
+    arrival = np.cumsum(rng.exponential(rng.choice([0.5, 3, 20]), n))
+    chunked = bool(rng.random() < 0.6)
+    budget = int(rng.integers(1, 2 * mml)) if chunked else int(rng.integers(mml, 2 * mml + 1))
+    mode = "swap" if rng.random() < 0.3 else "recompute"
+    seqs = int(rng.integers(1, 24 if big else 10))
+    sched = SchedulerConfig(seqs, max(budget, seqs) if chunked else budget, mml, chunked, mode,
+                            int(rng.integers(0, 8 * mml)), bool(rng.random() < 0.5))
+    need = groups.blocks_per_request(mml, sched.max_num_batched_tokens) + 1
+    blocks = int(rng.integers(need, 4 * need + 2))
+    kv = blocks * groups.page * groups.group_size
+    timing = TimingConfig()
+    if rng.random() < 0.5:
+        arrival *= 1e-6
+        timing = TimingConfig("test-gpu", 1e12, 1e12, int(rng.integers(0, 300_000)),
+                              float(rng.integers(0, 50_000)), int(rng.integers(0, 20_000)), 1.0, 1.0, 0.0)
+
+    def make():
+        yield RequestChunk(arrival, prompt, output)
+
+    spec = AllocatorSpec("paged", block_size=b)
+    pool = PoolSpec(kv // layout.bytes_per_token, layout.bytes_per_token, kv)
+    wl = Workload("random-hybrid", "", seed, "serve", n, pool, (spec,), sched, timing, make, layout=layout)
+    return wl, spec, int(rng.choice([4, 8, 64, 2048]))
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_engine_equals_reference_with_hybrid_groups(seed):
+    """Breaks if the fast engine's sliding-window release, state blocks or group accounting
+    differ from the reference's."""
+    made = random_hybrid_workload(seed, big=seed % 4 == 3)
+    if made is None:
+        pytest.skip("pages this layout cannot unify")
+    wl, spec, points = made
+    fast = simulate(wl, spec, record_requests=True, timeline_points=points)
+    slow = simulate_reference(wl, spec, record_requests=True, timeline_points=points)
+    assert as_json(fast) == as_json(slow)
+
+
+def test_sliding_window_blocks_by_hand():
+    """B = 4, one full and one sliding group (window 6), 1 request of 8 prompt + 12 output tokens.
+    It ends holding 19 tokens: the full group ceil(19 / 4) = 5 blocks; the sliding group released
+    the blocks wholly before token 18 - 6 + 1 = 13 (computed before the last step: 18), i.e.
+    13 // 4 = 3, and keeps 2; 7 blocks in all at the end instead of 10."""
+    layout = KVLayout("hand", "auto", 1, (LayerGroup("full", 1, 1, 4, 4),
+                                           LayerGroup("sliding", 1, 1, 4, 4, window=6)), None)
+    from kvplan.model.vllm_kv_groups import kv_groups
+
+    g = kv_groups(layout, 4)
+    kv = 100 * g.page * g.group_size
+
+    def make():
+        yield RequestChunk(np.zeros(1), np.array([8]), np.array([12]))
+
+    sched = SchedulerConfig(4, 64, 32, True, "recompute", 0, False)
+    spec = AllocatorSpec("paged", block_size=4)
+    wl = Workload("hand", "", 0, "serve", 1, PoolSpec(kv // layout.bytes_per_token, layout.bytes_per_token, kv),
+                  (spec,), sched, TimingConfig(), make, layout=layout)
+    setup = make_setup(wl, spec)
+    assert (setup.num_blocks, setup.hybrid.full, setup.hybrid.sliding, setup.hybrid.window) == (100, 1, 1, 6)
+    state = KernelState(setup)
+    for chunk in prepared_chunks(wl, setup):
+        state.load(chunk)
+    req_before = []
+    state.st[K.ALL_LOADED] = 1
+    for _ in range(100):  # one event (a step: hybrid runs take no jumps) at a time
+        if state.st[K.DONE] == 1:
+            break
+        K.run(state.cfg, state.st, state.req, (state.ids, state.held, state.copies, state.ents),
+              state.running, state.sched, state.requeued, state.swapped, state.run_start, state.run_len,
+              state.timeline, state.acc, 1)
+        if state.st[K.NUM_RUNNING]:
+            req_before.append(int(state.req[0, K.BLOCKS]))
+    assert req_before[-1] == 5 + 2
+    assert max(req_before) <= 5 + 3  # the sliding group never holds more than its window's blocks + 1
+    assert state.st[K.FREE_BLOCKS] == 100
+
+
+def test_random_hybrid_workloads_release_preempt_and_hold_state():
+    """The random hybrid cases exercise sliding releases, preemption and state blocks."""
+    released = preempted = state = 0
+    for seed in range(80):
+        made = random_hybrid_workload(seed, big=seed % 4 == 3)
+        if made is None:
+            continue
+        wl, spec, _ = made
+        setup = make_setup(wl, spec)
+        ks = KernelState(setup)
+        for chunk in prepared_chunks(wl, setup):
+            ks.load(chunk)
+        ks.run(final=True)
+        released += bool((ks.req[:ks.loaded, K.SKIPPED] > 0).any())
+        preempted += ks.st[K.PREEMPTIONS] > 0
+        state += setup.hybrid.state > 0
+    assert min(released, preempted, state) >= 15
+
+
+def test_capacity_experiment_follows_the_hybrid_groups():
+    """By hand: one full and one sliding layer (window 6), B = 4, 100 blocks, requests of final
+    length 20: the full group takes 5 blocks, the sliding group keeps the blocks from the one
+    holding token 20 - 6 = 14 on: 5 - 14 // 4 = 2; 7 a request, so 100 // 7 = 14 fit (all-full: 10)."""
+    from kvplan.model.vllm_kv_groups import kv_groups
+    from kvplan.replay.capacity import run_capacity
+
+    layout = KVLayout("hand", "auto", 1, (LayerGroup("full", 1, 1, 4, 4),
+                                           LayerGroup("sliding", 1, 1, 4, 4, window=6)), None)
+    g = kv_groups(layout, 4)
+    kv = 100 * g.page * g.group_size
+
+    def make():
+        yield RequestChunk(np.zeros(40), np.full(40, 15), np.full(40, 5))
+
+    sched = SchedulerConfig(4, 64, 32, True, "recompute", 0, False)
+    specs = (AllocatorSpec("paged", block_size=4), AllocatorSpec("paged", block_size=4, hybrid=False))
+    wl = Workload("hand", "", 0, "capacity", 40, PoolSpec(kv // layout.bytes_per_token, layout.bytes_per_token, kv),
+                  specs, sched, TimingConfig(), make, layout=layout)
+    grouped, plain = run_capacity(wl)
+    assert grouped.result.admitted == 14 and grouped.result.allocated_slots == 14 * 7 * 4
+    assert plain.result.admitted == 10  # 200 slots of both layers / 20 tokens

@@ -169,26 +169,38 @@ def contiguous_capacity(lengths, slots: int, policy: str = "max", limit: int = 8
     return _result(f"contiguous-{policy}", slots, admitted, allocated, tokens, 0)
 
 
-def _paged(arr: np.ndarray, cum_lengths: np.ndarray, slots: int, block_size: int) -> CapacityResult:
+def _paged(arr: np.ndarray, cum_lengths: np.ndarray, slots: int, block_size: int,
+           null_block: bool = False) -> CapacityResult:
     block_size = _check_positive(block_size, "block_size")
-    num_blocks = slots // block_size
+    num_blocks = max(slots // block_size - (1 if null_block else 0), 0)  # vLLM's null block
     admitted, blocks = _admit((arr + (block_size - 1)) // block_size, num_blocks)
     return _result(f"paged-B{block_size}", slots, admitted, blocks * block_size,
                    _tokens(cum_lengths, admitted), slots - num_blocks * block_size)
 
 
-def paged_capacity(lengths, slots: int, block_size: int = 16) -> CapacityResult:
-    """The static experiment for a paged allocator with `slots // block_size` blocks."""
-    return paged_capacity_sweep(lengths, slots, (block_size,))[0]
+def paged_capacity(lengths, slots: int, block_size: int = 16, null_block: bool = False) -> CapacityResult:
+    """The static experiment for a paged allocator with `slots // block_size` blocks (one fewer
+    with vLLM's null block: its slots count as external fragmentation)."""
+    return paged_capacity_sweep(lengths, slots, (block_size,), null_block=null_block)[0]
 
 
-def paged_capacity_sweep(lengths, slots: int,
-                         block_sizes: Iterable[int] = BLOCK_SIZES) -> list[CapacityResult]:
+def paged_capacity_sweep(lengths, slots: int, block_sizes: Iterable[int] = BLOCK_SIZES, *,
+                         null_block: bool = False) -> list[CapacityResult]:
     """`paged_capacity` for many block sizes at once, sharing the work that does not depend on B."""
     slots = _check_positive(slots, "slots", minimum=0)
     arr = _lengths(lengths)
     cum_lengths = np.cumsum(arr)
-    return [_paged(arr, cum_lengths, slots, b) for b in block_sizes]
+    return [_paged(arr, cum_lengths, slots, b, null_block) for b in block_sizes]
+
+
+def grouped_capacity(cost: np.ndarray, kept: np.ndarray, num_blocks: int, block_size: int,
+                     slots: int, label: str) -> CapacityResult:
+    """The static experiment for blocks counted per request by a caller's rule (vLLM's hybrid
+    layer groups): `cost` blocks and `kept` token slots per request, `num_blocks` usable of a
+    pool of `slots` slots (the rest external)."""
+    admitted, blocks = _admit(np.asarray(cost, dtype=np.int64), num_blocks)
+    tokens = int(np.asarray(kept, dtype=np.int64)[:admitted].sum())
+    return _result(label, slots, admitted, blocks * block_size, tokens, slots - num_blocks * block_size)
 
 
 def capacity_sweep(lengths, slots: int, *, limit: int = 8192,

@@ -12,7 +12,9 @@ Definitions (printed by the CLI as well):
 - vllm_concurrency and vllm_kv_cache_tokens: vLLM's startup log lines, computed as vLLM does:
   num_blocks / ceil(tokens / block_size) (all blocks, null included) and int(concurrency x tokens);
   for hybrid layouts (sliding windows, recurrent state) by vLLM's KV cache groups
-  (kvplan/model/vllm_kv_groups.py), with vllm_block_size the attention block size vLLM sets.
+  (kvplan/model/vllm_kv_groups.py), with vllm_block_size the attention block size vLLM sets and
+  vllm_num_blocks the blocks of its layer groups (what the serve engine runs on; num_blocks and
+  usable_blocks stay in blocks of every layer, the plain arithmetic).
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ class SizeReport:
     reason: str | None = None  # why vLLM would not start, in its words
     memory_breakdown: dict | None = None  # vLLM's start-up memory on one GPU (engine "vllm")
     vllm_block_size: int | None = None  # hybrid layouts: the attention block size vLLM sets
+    vllm_num_blocks: int | None = None  # hybrid layouts: vLLM's blocks of its layer groups (its
+    # num_gpu_blocks; one is the null block): the pool the serve engine runs on
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -135,6 +139,7 @@ def size_model(
         reason=reason,
         memory_breakdown=memory.breakdown() if memory else None,
         vllm_block_size=groups.attention_block_size if groups is not None else None,
+        vllm_num_blocks=groups.num_blocks(pool) if groups is not None else None,
         **fit,
     )
 

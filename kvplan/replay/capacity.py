@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
-from kvplan.memory.capacity import CapacityResult, contiguous_capacity, paged_capacity_sweep
+from kvplan.memory.capacity import (CapacityResult, contiguous_capacity, grouped_capacity,
+                                    paged_capacity_sweep)
+from kvplan.workload.pool_rules import hybrid_rule, pool_bytes, usable_blocks
 from kvplan.workload.records import AllocatorSpec, Workload
 
 
@@ -32,12 +34,12 @@ class CapacityRun:
             "tokens_stored": r.tokens_stored,
             "wasted_slots": r.wasted_slots,
             "utilization": r.utilization,
-            "memory_breakdown": {
-                "token_states": b.token_states / pool_slots,
-                "reserved": b.reserved / pool_slots,
-                "internal": b.internal_fragmentation / pool_slots,
-                "external": b.external_fragmentation / pool_slots,
-                "free": b.free / pool_slots,
+            "memory_breakdown": {  # of the pool this allocator cuts (group blocks for hybrid models)
+                "token_states": b.token_states / b.total,
+                "reserved": b.reserved / b.total,
+                "internal": b.internal_fragmentation / b.total,
+                "external": b.external_fragmentation / b.total,
+                "free": b.free / b.total,
             },
         }
         out["admitted_vs_first_contiguous"] = r.admitted / baseline_admitted if baseline_admitted else None
@@ -51,21 +53,39 @@ def final_lengths(workload: Workload) -> np.ndarray:
 
 
 def run_capacity(workload: Workload) -> list[CapacityRun]:
-    """Each allocator of the workload on the same stream of final lengths."""
+    """Each allocator of the workload on the same stream of final lengths. Paged pools follow the
+    serve engine's rules (kvplan/workload/pool_rules.py): vLLM's null block, and for a model of
+    several kinds of layers its hybrid groups, each request counted at its final length."""
     lengths = final_lengths(workload)
     slots = workload.pool.slots
+    sched = workload.scheduler
     specs = list(workload.allocators)
     paged_sizes = [s.block_size for s in specs if s.kind == "paged"]
-    paged = dict(zip(paged_sizes, paged_capacity_sweep(lengths, slots, paged_sizes)))
+    paged = dict(zip(paged_sizes, paged_capacity_sweep(lengths, slots, paged_sizes, null_block=sched.null_block)))
     runs = []
     for spec in specs:
         if spec.kind == "contiguous":
             limit = spec.max_len or workload.contiguous_max_len
             result = contiguous_capacity(lengths, slots, spec.policy, limit)
         else:
-            result = paged[spec.block_size]
+            grouped = sched.hybrid_kv_cache_manager if spec.hybrid is None else spec.hybrid
+            hybrid = hybrid_rule(workload, spec.block_size, grouped)
+            result = paged[spec.block_size] if hybrid is None else _hybrid_capacity(workload, lengths, *hybrid)
         runs.append(CapacityRun(spec, result))
     return runs
+
+
+def _hybrid_capacity(workload: Workload, lengths: np.ndarray, groups, rule) -> CapacityResult:
+    """Requests at final length L in vLLM's layer groups: a sliding group keeps the blocks from
+    the one holding token L - window on (its blocks wholly before are released)."""
+    b = groups.attention_block_size
+    pool_blocks = groups.num_blocks(pool_bytes(workload))
+    full = -(-lengths // b)
+    skip = np.maximum(lengths - rule.window, 0) // b if rule.sliding else np.zeros_like(lengths)
+    cost = rule.full * full + rule.sliding * (full - skip) + rule.state
+    kept = rule.full * lengths + rule.sliding * (lengths - skip * b) + rule.state * b
+    return grouped_capacity(cost, kept, usable_blocks(pool_blocks, workload.scheduler.null_block), b,
+                            pool_blocks * b, f"paged-B{b}")
 
 
 def capacity_document(workload: Workload) -> dict:

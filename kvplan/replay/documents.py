@@ -2,7 +2,8 @@
 
 experiment: prefix replays the request stream (a trace with block hashes, or synthetic requests
 given shared prefixes by the `prefix:` section) through a prefix cache of each paged allocator's
-blocks (pool slots // B, or each of `cache_blocks`). experiment: sharing runs the workload's
+blocks (pool slots // B less vLLM's null block, as every engine counts them; or each of
+`cache_blocks`). experiment: sharing runs the workload's
 prompt and output lengths as parallel-sampling or beam-search groups (the `sampling:` section).
 """
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from kvplan.errors import KvplanError, TraceError, WorkloadError
 from kvplan.replay.prefix import hit_rate_sweep
+from kvplan.workload.pool_rules import usable_blocks
 from kvplan.workload.prefixes import prefix_options, request_stream
 from kvplan.replay.sharing import MODES, PARENTS, sharing_savings
 from kvplan.workload.records import Workload
@@ -40,7 +42,8 @@ def prefix_document(workload: Workload, cache_blocks: Sequence[int] | None = Non
 
     results = []
     for block_size in _paged_sizes(workload):
-        sizes = list(cache_blocks) if cache_blocks else [workload.pool.slots // block_size]
+        sizes = (list(cache_blocks) if cache_blocks
+                 else [usable_blocks(workload.pool.slots // block_size, workload.scheduler.null_block)])
         try:
             runs = hit_rate_sweep(make_chunks, sizes, block_size, **replay)
         except TraceError:

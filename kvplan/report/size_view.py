@@ -74,7 +74,11 @@ def _add_fit_rows(table, r: SizeReport) -> None:
         else:
             table.add_row(f"  CUDA graphs (outside the pool, vLLM {m['release']})", _b(m["cuda_graphs"]))
     table.add_row("KV pool" + (" (vLLM's Available KV cache memory)" if m else ""), _b(r.kv_pool_bytes))
-    table.add_row(f"blocks of {r.block_size} (1 kept as null block)", f"{r.num_blocks:,}")
+    if r.vllm_num_blocks is not None:
+        table.add_row(f"vLLM's blocks of {r.vllm_block_size} in its layer groups (1 kept as null block)",
+                      f"{r.vllm_num_blocks:,}")
+    else:
+        table.add_row(f"blocks of {r.block_size} (1 kept as null block)", f"{r.num_blocks:,}")
     table.add_row("tokens that fit", f"{r.max_tokens:,}")
     table.add_row(f"requests of {r.tokens:,} tokens at once", f"{r.max_concurrency:,}")
 

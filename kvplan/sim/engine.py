@@ -58,7 +58,7 @@ def longest_step(setup: SimSetup) -> int:
 
 
 def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
-    s, c = setup.sched, setup.clock
+    s, c, h = setup.sched, setup.clock, setup.hybrid
     cfg = np.zeros(K.NUM_SETTINGS + max(len(c.linear), 1), dtype=np.int64)
     values = {
         K.PAGED: setup.paged, K.BLOCK_SIZE: setup.block_size, K.NUM_BLOCKS: setup.num_blocks,
@@ -71,6 +71,9 @@ def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
         K.PHYSICAL: c.physical, K.REQ_TICKS: c.per_request, K.ATTN_TICKS: c.attention_per_pair,
         K.LIN_LEN: len(c.linear), K.LIN_SLOPE: c.linear_slope,
         K.PREFIX: setup.prefix_caching, K.PER: 1,
+        K.HYBRID: h is not None, K.HY_FULL: h.full if h else 1, K.HY_SLIDE: h.sliding if h else 0,
+        K.HY_WINDOW: h.window if h else 0, K.HY_STATE: h.state if h else 0,
+        K.HY_KV_FULL: h.kv_full if h else 1, K.HY_KV_SLIDE: h.kv_sliding if h else 0,
     }  # fmt: skip
     for key, value in values.items():
         cfg[key] = int(value)

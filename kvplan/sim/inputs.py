@@ -21,6 +21,7 @@ from kvplan.errors import WorkloadError
 from kvplan.memory.capacity import contiguous_reservations
 from kvplan.memory.contiguous import POLICIES, reservation
 from kvplan.sim.prefix_ids import ChunkIds, PrefixTrie
+from kvplan.workload.pool_rules import HybridBlocks, hybrid_rule, pool_bytes, usable_blocks
 from kvplan.sim.timing import StepClock, make_clock
 from kvplan.workload.records import AllocatorSpec, SchedulerConfig, Workload
 
@@ -41,6 +42,7 @@ class SimSetup:
     sched: SchedulerConfig
     clock: StepClock
     prefix_caching: bool = False  # paged with scheduler.prefix_caching: full prompt blocks are shared
+    hybrid: HybridBlocks | None = None  # paged, a model of several kinds of layers: vLLM's groups
 
     @property
     def tail_slots(self) -> int:
@@ -94,7 +96,11 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
     clock = make_clock(workload.timing, workload.pool, s.max_num_batched_tokens)
     if allocator.kind == "paged":
         b = _int_at_least(allocator.block_size, 1, "allocator.block_size")
-        num_blocks = max(slots // b - (1 if s.null_block else 0), 0)  # block 0: vLLM's null block
+        grouped = s.hybrid_kv_cache_manager if allocator.hybrid is None else allocator.hybrid
+        hybrid = hybrid_rule(workload, b, grouped)
+        if hybrid is not None:
+            return _hybrid_setup(workload, allocator, clock, *hybrid)
+        num_blocks = usable_blocks(slots // b, s.null_block)
         if num_blocks * b < s.max_model_len:
             null = " (besides vLLM's null block)" if s.null_block else ""
             raise WorkloadError(f"the pool holds {num_blocks} blocks of {b} slots{null}, fewer than one "
@@ -119,6 +125,24 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
                             f"reservation of {need} for a max_model_len request",
                             field="pool.slots")
     return SimSetup(allocator.label, False, allocator.policy, 1, slots, slots, limit, s, clock)
+
+
+def _hybrid_setup(workload: Workload, allocator: AllocatorSpec, clock: StepClock, groups,
+                  rule: HybridBlocks) -> SimSetup:
+    """The pool as vLLM cuts it for layer groups: kv bytes // (page x group size) blocks of the
+    groups' block size (larger than asked when recurrent state widens the page)."""
+    s = workload.scheduler
+    b = groups.attention_block_size
+    pool_blocks = groups.num_blocks(pool_bytes(workload))
+    num_blocks = usable_blocks(pool_blocks, s.null_block)
+    need = groups.blocks_per_request(s.max_model_len, s.max_num_batched_tokens)
+    if need > num_blocks:
+        raise WorkloadError(f"the pool holds {num_blocks} blocks of the model's {groups.num_groups} layer "
+                            f"groups, fewer than the {need} one request of max_model_len "
+                            f"{s.max_model_len} needs (vLLM refuses to start)", field="pool")
+    # prefix caching across layer groups (a hit needs every group's blocks, and a state checkpoint)
+    # is not modelled: hybrid runs keep it off, and their results say so (prefix_caching: false)
+    return SimSetup(f"paged-B{b}", True, None, b, num_blocks, pool_blocks * b, 0, s, clock, False, rule)
 
 
 def clip_lengths(prompt, output, max_model_len: int, already=None) -> tuple[np.ndarray, np.ndarray, int]:

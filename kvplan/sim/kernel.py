@@ -68,7 +68,8 @@ ID_BLOCKS = 13      # prefix caching: its full prompt blocks that have an identi
 E_START = 14        # prefix caching: its first slot in px[1], the cached entry held per identity block
 CACHED = 15         # prefix caching: leading identity blocks held as cached entries (hit or registered)
 HIT_TOKENS = 16     # prefix caching: prompt tokens its first admission found cached
-NUM_COLUMNS = 17
+SKIPPED = 17        # hybrid: blocks per sliding-window group it has released (out of the window)
+NUM_COLUMNS = 18
 
 # -- st[SCALAR]: the scalar state ------------------------------------------------------------------
 NOW = 0             # the clock, in ticks
@@ -137,7 +138,14 @@ LIN_LEN = 21        # physical: entries of the per-step-tokens table at cfg[NUM_
 LIN_SLOPE = 22      # physical: ticks per token beyond the table's last entry
 PREFIX = 23         # 1: automatic prefix caching (paged, requests with block identities)
 PER = 24            # prefix caching: simulated blocks per trace hash block (H / B)
-NUM_SETTINGS = 25   # cfg[NUM_SETTINGS + n]: ticks of the linear layers and all-reduces for n tokens
+HYBRID = 25         # 1: vLLM's hybrid KV cache manager rules (layer groups of several kinds)
+HY_FULL = 26        # hybrid: full-attention groups (a block each per B tokens)
+HY_SLIDE = 27       # hybrid: sliding-window groups
+HY_WINDOW = 28      # hybrid: their window, in tokens
+HY_STATE = 29       # hybrid: blocks of recurrent state a request holds (groups x pages)
+HY_KV_FULL = 30     # hybrid: KV bytes per token of the full-attention layers
+HY_KV_SLIDE = 31    # hybrid: KV bytes per token of the sliding-window layers
+NUM_SETTINGS = 32   # cfg[NUM_SETTINGS + n]: ticks of the linear layers and all-reduces for n tokens
 
 # -- acc[ACC_ROW, limb]: time integrals of ... dt ----------------------------------------------------
 # np.int64, not Python ints: numba compiles a separate copy of a function for every distinct int
@@ -629,6 +637,46 @@ def held_after(req, rid, n):
 
 
 @njit(cache=True)
+def skip_of(cfg, computed):
+    """Hybrid: blocks a sliding-window group no longer needs once `computed` tokens are computed:
+    those wholly before the last window - 1 tokens (vLLM's remove_skipped_blocks, run before each
+    allocation on the request's computed tokens)."""
+    first = computed - cfg[HY_WINDOW] + 1
+    if cfg[HY_SLIDE] == 0 or first <= 0:
+        return 0
+    return first // cfg[BLOCK_SIZE]
+
+
+@njit(cache=True)
+def blocks_held(cfg, skip, held):
+    """Blocks a request holding `held` tokens takes in all (its sliding groups past `skip`)."""
+    full = cdiv(held, cfg[BLOCK_SIZE])
+    if cfg[HYBRID] == 0:
+        return full
+    return cfg[HY_FULL] * full + cfg[HY_SLIDE] * (full - skip) + cfg[HY_STATE]
+
+
+@njit(cache=True)
+def kept_tokens(cfg, skip, held):
+    """Slots of its blocks holding something: its tokens in every attention group (in a sliding
+    group, those of the blocks kept) and whole pages of state."""
+    if cfg[HYBRID] == 0:
+        return held
+    return (cfg[HY_FULL] * held + cfg[HY_SLIDE] * (held - skip * cfg[BLOCK_SIZE])
+            + cfg[HY_STATE] * cfg[BLOCK_SIZE])
+
+
+@njit(cache=True)
+def kv_read(cfg, held):
+    """Tokens of KV a step reads for a request holding `held`, in tokens of every layer: the
+    sliding-window layers read at most their window (the bytes-weighted mix, rounded down)."""
+    if cfg[HYBRID] == 0 or cfg[HY_KV_SLIDE] == 0:
+        return held
+    window = held if held < cfg[HY_WINDOW] else cfg[HY_WINDOW]
+    return (cfg[HY_KV_FULL] * held + cfg[HY_KV_SLIDE] * window) // (cfg[HY_KV_FULL] + cfg[HY_KV_SLIDE])
+
+
+@njit(cache=True)
 def release(cfg, st, req, px, run_start, run_len, rid):
     """Give a finished request's memory back: its blocks, or its reserved run of slots."""
     if cfg[PAGED] != 0:
@@ -723,6 +771,7 @@ def preempt(cfg, st, req, px, requeued, swapped, v):
     st[RECOMPUTED] += req[v, HELD]
     req[v, HELD] = 0
     req[v, BLOCKS] = 0
+    req[v, SKIPPED] = 0
     req[v, PREFILL_END] = req[v, PROMPT] + req[v, GENERATED]
     if st[REQUEUE_LEN] == cfg[QUEUE_CAP]:
         raise RuntimeError("requeue overflow")
@@ -749,7 +798,8 @@ def schedule_running(cfg, st, req, px, running, sched, requeued, swapped):
         if n == 0:
             i += 1
             continue
-        need = cdiv(held_after(req, rid, n), cfg[BLOCK_SIZE]) - req[rid, BLOCKS] if cfg[PAGED] != 0 else 0
+        skip = skip_of(cfg, req[rid, HELD])
+        need = blocks_held(cfg, skip, held_after(req, rid, n)) - req[rid, BLOCKS] if cfg[PAGED] != 0 else 0
         scheduled = True
         while need > st[FREE_BLOCKS]:
             st[NUM_RUNNING] -= 1
@@ -760,8 +810,9 @@ def schedule_running(cfg, st, req, px, running, sched, requeued, swapped):
                 scheduled = False
                 break
         if scheduled:
-            take_blocks(cfg, st, px, need)
+            take_blocks(cfg, st, px, need)  # negative when sliding groups release more than they take
             req[rid, BLOCKS] += need
+            req[rid, SKIPPED] = skip
             if cfg[PREFIX] != 0 and req[rid, HELD] < req[rid, PREFILL_END]:
                 register(cfg, st, req, px, rid, held_after(req, rid, n))
             sched[i] = n
@@ -785,9 +836,11 @@ def resume_swapped(cfg, st, req, px, running, sched, swapped, budget):
     while st[SWAPPED_LEN] > 0 and st[NUM_RUNNING] < cfg[MAX_SEQS]:
         rid = swapped[st[SWAPPED_HEAD]]
         n = tokens_for(cfg, req, rid, budget)
-        need = cdiv(held_after(req, rid, n), cfg[BLOCK_SIZE])
+        skip = skip_of(cfg, req[rid, HELD])
+        need = blocks_held(cfg, skip, held_after(req, rid, n))
         if n == 0 or need > st[FREE_BLOCKS]:
             break
+        req[rid, SKIPPED] = skip
         st[SWAPPED_HEAD] = (st[SWAPPED_HEAD] + 1) % cfg[QUEUE_CAP]
         st[SWAPPED_LEN] -= 1
         st[SWAP_USED] -= req[rid, BLOCKS] * cfg[BLOCK_SIZE]
@@ -808,7 +861,7 @@ def waiting_need(cfg, req, px, rid, budget):
         hits, idle = lookup(cfg, req, px, rid)
     held = hits * cfg[BLOCK_SIZE]
     n = tokens_from(cfg, held, req[rid, PREFILL_END], budget)
-    return n, hits, idle, cdiv(held + n, cfg[BLOCK_SIZE]) - hits
+    return n, hits, idle, blocks_held(cfg, ZERO, held + n) - hits
 
 
 @njit(cache=True)
@@ -833,6 +886,7 @@ def admit(cfg, st, req, px, running, sched, requeued, run_start, run_len, budget
                 count_hits(st, req, rid, hits * cfg[BLOCK_SIZE])
             take_blocks(cfg, st, px, new)
             req[rid, BLOCKS] = hits + new
+            req[rid, SKIPPED] = 0
             if cfg[PREFIX] != 0:
                 register(cfg, st, req, px, rid, held_after(req, rid, n))
         else:
@@ -867,13 +921,13 @@ def batch_sums(cfg, req, running, sched, n):
             s = sched[i]
             held = req[rid, HELD]
             nreq += 1
-            kv += held
+            kv += kv_read(cfg, held)
             if held < req[rid, PREFILL_END]:
                 pairs += s * held + s * (s + 1) // 2
             processed += s
-            tokens += held_after(req, rid, s)
+            tokens += kept_tokens(cfg, req[rid, SKIPPED], held_after(req, rid, s))
         else:
-            tokens += req[rid, HELD]
+            tokens += kept_tokens(cfg, req[rid, SKIPPED], req[rid, HELD])
         if cfg[PAGED] != 0:
             alloc += req[rid, BLOCKS] * cfg[BLOCK_SIZE]
         else:
@@ -977,7 +1031,8 @@ def can_admit(cfg, st, req, px, requeued, swapped, run_len, free, budget):
         return 1 if largest_run(st, run_len) >= req[rid, RESERVED] else 0
     if st[SWAPPED_LEN] > 0:
         n = tokens_for(cfg, req, rid, budget)
-        return 1 if n > 0 and cdiv(held_after(req, rid, n), cfg[BLOCK_SIZE]) <= free else 0
+        need = blocks_held(cfg, skip_of(cfg, req[rid, HELD]), held_after(req, rid, n))
+        return 1 if n > 0 and need <= free else 0
     n, hits, idle, new = waiting_need(cfg, req, px, rid, budget)
     if n == 0:
         return 0
@@ -1119,7 +1174,7 @@ def try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, t
     queue, so that nothing is evicted.
     """
     n = st[NUM_RUNNING]
-    if n == 0 or n > cfg[TOKEN_BUDGET]:
+    if n == 0 or n > cfg[TOKEN_BUDGET] or cfg[HYBRID] != 0:  # hybrid runs step by step (for now)
         return False
     k = cfg[MAX_JUMP]
     h0 = 0

@@ -36,6 +36,13 @@ least one prompt token to compute; it shares the blocks found (a free one leaves
 its prefill starts after them. It needs new blocks for what it computes now plus the hit blocks
 nobody holds; if those do not fit, it waits (FCFS). Memory is counted per physical block: a block
 several running requests share counts once.
+
+Hybrid models (vLLM's hybrid KV cache manager, `SimSetup.hybrid`): one pool of blocks shared by
+layer groups. A request holds, per full-attention group, a block per B tokens; per sliding-window
+group the same less the blocks wholly before its last window - 1 computed tokens (released before
+each allocation, on the tokens computed before the step); per recurrent-state group a fixed
+state. Admission, growth and preemption count every group's blocks; memory counts each group's
+kept tokens (and whole state pages).
 """
 
 from __future__ import annotations
@@ -74,6 +81,7 @@ class Req:
     cached: int = 0  # prefix caching: leading blocks of `table` that are cached (hit or registered)
     hit_tokens: int = 0  # prefix caching: prompt tokens its first admission found cached
     swapped_slots: int = 0  # swap: CPU slots its KV takes while swapped out
+    skip: int = 0  # hybrid: blocks per sliding group released at its last allocation
 
     @property
     def prefilling(self) -> bool:
@@ -192,7 +200,7 @@ class ReferenceSim:
             if not self.swapped:
                 self.admit(work, budget)
         by_id = {r.rid: r for r in self.running}
-        kv_read = sum(by_id[rid].held for rid in work)
+        kv_read = sum(self.kv_read(by_id[rid].held) for rid in work)
         pairs = sum(prefill_pairs(n, by_id[rid].held) for rid, n in work.items() if by_id[rid].prefilling)
         dt = self.clock.step_ticks(kv_read, sum(work.values()), len(work), pairs)
         self.account(work, dt)
@@ -211,8 +219,31 @@ class ReferenceSim:
             return min(rest, budget)
         return rest if rest <= budget else 0
 
-    def blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.s.block_size)
+    def blocks_for(self, tokens: int, skip: int = 0) -> int:
+        """Blocks a request holding `tokens` takes, its sliding groups having released `skip`."""
+        full = -(-tokens // self.s.block_size)
+        h = self.s.hybrid
+        return full if h is None else h.full * full + h.sliding * (full - skip) + h.state
+
+    def skip_for(self, computed: int) -> int:
+        """Blocks per sliding group wholly out of the window once `computed` tokens are computed."""
+        h = self.s.hybrid
+        if h is None or not h.sliding:
+            return 0
+        return max(computed - h.window + 1, 0) // self.s.block_size
+
+    def kv_read(self, held: int) -> int:
+        """KV a step reads for a request, in tokens of every layer: sliding layers read their window."""
+        h = self.s.hybrid
+        if h is None or not h.kv_sliding:
+            return held
+        return (h.kv_full * held + h.kv_sliding * min(held, h.window)) // (h.kv_full + h.kv_sliding)
+
+    def kept(self, req: Req, tokens: int) -> int:
+        h = self.s.hybrid
+        if h is None:
+            return tokens
+        return h.full * tokens + h.sliding * (tokens - req.skip * self.s.block_size) + h.state * self.s.block_size
 
     # -- paged memory, with or without the prefix cache ------------------------------------------
 
@@ -258,7 +289,8 @@ class ReferenceSim:
             if n == 0:
                 i += 1
                 continue
-            need = self.blocks_for(req.held_after(n)) - req.blocks if self.s.paged else 0
+            skip = self.skip_for(req.held)
+            need = self.blocks_for(req.held_after(n), skip) - req.blocks if self.s.paged else 0
             while need > self.num_free():
                 victim = self.running.pop()
                 assert victim.rid not in work
@@ -268,6 +300,7 @@ class ReferenceSim:
                     break
             else:
                 self.grow(req, need, n)
+                req.skip = skip
                 work[req.rid] = n
                 budget -= n
                 i += 1
@@ -285,7 +318,7 @@ class ReferenceSim:
             self.swapped.append(victim)
             return
         self.recomputed += victim.held
-        victim.held = 0
+        victim.held = victim.skip = 0
         victim.target = victim.prompt + victim.generated
         self.waiting.appendleft(victim)
 
@@ -295,9 +328,11 @@ class ReferenceSim:
         while self.swapped and len(self.running) < self.sched.max_num_seqs:
             req = self.swapped[0]
             n = self.tokens_for(req, budget)
-            need = self.blocks_for(req.held_after(n))
+            skip = self.skip_for(req.held)
+            need = self.blocks_for(req.held_after(n), skip)
             if n == 0 or need > self.num_free():
                 break
+            req.skip = skip
             self.swapped.popleft()
             self.cpu_used -= req.swapped_slots
             self.grow(req, need, n)
@@ -331,6 +366,7 @@ class ReferenceSim:
                 self.queries += req.prompt
                 self.hits += held
                 req.hit_tokens = held
+        req.skip = 0
         self.grow(req, new, n)
         return n
 
@@ -361,7 +397,8 @@ class ReferenceSim:
 
     def account(self, work: dict[int, int], dt: int) -> None:
         shared = self.shared_slots()
-        tokens = sum(r.held_after(work[r.rid]) if r.rid in work else r.held for r in self.running)
+        tokens = sum(self.kept(r, r.held_after(work[r.rid]) if r.rid in work else r.held)
+                     for r in self.running)
         tokens -= shared
         if self.s.paged:
             alloc, final = sum(r.blocks for r in self.running) * self.s.block_size - shared, 0

@@ -71,13 +71,15 @@ def workload_schema() -> dict:
         _closed({"kind": {"const": "contiguous"}, "policy": {"enum": ["max", "pow2", "oracle"]}, "max_len": COUNT},
                 ("kind",)),
         _closed({"kind": {"const": "paged"},
-                 "block_size": {"anyOf": [COUNT, {"type": "array", "items": COUNT, "minItems": 1}]}}, ("kind",)),
+                 "block_size": {"anyOf": [COUNT, {"type": "array", "items": COUNT, "minItems": 1}]},
+                 "hybrid": {"type": "boolean"}}, ("kind",)),
     ]}
     scheduler_props = {"max_num_seqs": COUNT, "max_num_batched_tokens": COUNT, "max_model_len": COUNT,
                        "chunked_prefill": {"type": "boolean"}, "preemption": {"enum": ["recompute", "swap"]},
                        "swap_space": SIZE, "swap_slots": {"type": "integer", "minimum": 0},
                        "null_block": {"type": "boolean"},
-                       "prefix_caching": {"type": "boolean"}}
+                       "prefix_caching": {"type": "boolean"},
+                       "hybrid_kv_cache_manager": {"type": "boolean"}}
     timing_props = {"model": {"enum": ["physical", "roofline"]},
                     "bandwidth_efficiency": {"type": "number", "minimum": 0.01, "maximum": 1},
                     "flops_efficiency": {"type": "number", "minimum": 0.01, "maximum": 1},

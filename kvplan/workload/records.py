@@ -48,12 +48,14 @@ class AllocatorSpec:
     block_size: int | None = None  # paged
     max_len: int | None = None  # contiguous "max"/"pow2": the per-request limit reserved up to
     prefix_caching: bool | None = None  # paged: override scheduler.prefix_caching (None: follow it)
+    hybrid: bool | None = None  # paged: override scheduler.hybrid_kv_cache_manager (None: follow it)
 
     @property
     def label(self) -> str:
         if self.kind == "contiguous":
             return f"contiguous-{self.policy}"
-        return f"paged-B{self.block_size}" + (" no-cache" if self.prefix_caching is False else "")
+        return (f"paged-B{self.block_size}" + (" no-cache" if self.prefix_caching is False else "")
+                + (" all-full" if self.hybrid is False else ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,7 @@ class SchedulerConfig:
     swap_slots: int = 0  # CPU pool for swap preemption, in token slots
     null_block: bool = False  # keep block 0 out of use, as vLLM does (a workload file's default)
     prefix_caching: bool = False  # automatic prefix caching (vLLM V1's default; a workload file's)
+    hybrid_kv_cache_manager: bool = True  # vLLM's layer groups for sliding-window and state layers
 
 
 @dataclass(frozen=True, slots=True)

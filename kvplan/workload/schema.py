@@ -72,7 +72,8 @@ TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "poo
 
 POOL_KEYS = ("slots", "kv_memory", "gpu_memory_utilization")
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
-                  "swap_space", "swap_slots", "null_block", "prefix_caching")
+                  "swap_space", "swap_slots", "null_block", "prefix_caching",
+                  "hybrid_kv_cache_manager")
 REQUEST_KEYS = ("count", "prompt", "output", "arrival")
 TRACE_KEYS = ("format", "path", "limit", "time_scale", "repeat", "too_long", "history")
 TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms")
@@ -188,7 +189,8 @@ def _scheduler(node: YamlMap | None, doc: YamlMap, layout, bytes_per_slot, gpu=N
     return SchedulerConfig(seqs, batched, mml, chunked, preemption,
                            _swap_slots(node, preemption, bytes_per_slot),
                            node.get_bool("null_block", True),
-                           node.get_bool("prefix_caching", True))  # fmt: skip
+                           node.get_bool("prefix_caching", True),
+                           node.get_bool("hybrid_kv_cache_manager", True))  # fmt: skip
 
 
 def _swap_slots(node: YamlMap, preemption: str, bytes_per_slot: int | None) -> int:
@@ -292,12 +294,13 @@ def _allocators(doc: YamlMap, mml: int) -> tuple[AllocatorSpec, ...]:
             policy = m.get_choice("policy", ("max", "pow2", "oracle"), "max")
             specs.append(AllocatorSpec(kind, policy, max_len=m.get_int("max_len", mml, ge=1, le=MAX_SLOTS)))
             continue
-        m.expect_keys("kind", "block_size")
+        m.expect_keys("kind", "block_size", "hybrid")
         sizes = m.node("block_size")
         sizes = list(sizes) if isinstance(sizes, YamlList) else [sizes]
         if not sizes:
             raise m.node("block_size").error("expected at least one block size")
-        specs += [AllocatorSpec(kind, block_size=as_int(s, ge=1, le=2**20)) for s in sizes]
+        hybrid = m.get_bool("hybrid", True) if "hybrid" in m else None  # vLLM's layer groups or not
+        specs += [AllocatorSpec(kind, block_size=as_int(s, ge=1, le=2**20), hybrid=hybrid) for s in sizes]
     return tuple(specs)
 
 
