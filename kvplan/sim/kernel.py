@@ -618,7 +618,7 @@ def tokens_for(cfg, req, rid, budget):
     return tokens_from(cfg, req[rid, HELD], req[rid, PREFILL_END], budget)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def tokens_from(cfg, held, tgt, budget):
     """tokens_for of a request holding `held` tokens whose prefill ends at `tgt`."""
     if held >= tgt:
@@ -636,7 +636,7 @@ def held_after(req, rid, n):
     return req[rid, HELD] + n
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def skip_of(cfg, computed):
     """Hybrid: blocks a sliding-window group no longer needs once `computed` tokens are computed:
     those wholly before the last window - 1 tokens (vLLM's remove_skipped_blocks, run before each
@@ -647,7 +647,7 @@ def skip_of(cfg, computed):
     return first // cfg[BLOCK_SIZE]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def blocks_held(cfg, skip, held):
     """Blocks a request holding `held` tokens takes in all (its sliding groups past `skip`)."""
     full = cdiv(held, cfg[BLOCK_SIZE])
@@ -656,7 +656,7 @@ def blocks_held(cfg, skip, held):
     return cfg[HY_FULL] * full + cfg[HY_SLIDE] * (full - skip) + cfg[HY_STATE]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def kept_tokens(cfg, skip, held):
     """Slots of its blocks holding something: its tokens in every attention group (in a sliding
     group, those of the blocks kept) and whole pages of state."""
@@ -666,7 +666,7 @@ def kept_tokens(cfg, skip, held):
             + cfg[HY_STATE] * cfg[BLOCK_SIZE])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def kv_read(cfg, held):
     """Tokens of KV a step reads for a request holding `held`, in tokens of every layer: the
     sliding-window layers read at most their window (the bytes-weighted mix, rounded down)."""
@@ -680,7 +680,10 @@ def kv_read(cfg, held):
 def release(cfg, st, req, px, run_start, run_len, rid):
     """Give a finished request's memory back: its blocks, or its reserved run of slots."""
     if cfg[PAGED] != 0:
-        give_back(cfg, st, req, px, rid)
+        if cfg[PREFIX] != 0:
+            give_back(cfg, st, req, px, rid)
+        else:
+            st[FREE_BLOCKS] += req[rid, BLOCKS]
     else:
         free_run(st, run_start, run_len, req[rid, START], req[rid, RESERVED])
 
@@ -810,7 +813,10 @@ def schedule_running(cfg, st, req, px, running, sched, requeued, swapped):
                 scheduled = False
                 break
         if scheduled:
-            take_blocks(cfg, st, px, need)  # negative when sliding groups release more than they take
+            if cfg[PREFIX] != 0:
+                take_blocks(cfg, st, px, need)
+            else:  # the common case inline (negative when sliding groups release more than they take)
+                st[FREE_BLOCKS] -= need
             req[rid, BLOCKS] += need
             req[rid, SKIPPED] = skip
             if cfg[PREFIX] != 0 and req[rid, HELD] < req[rid, PREFILL_END]:
@@ -1061,7 +1067,8 @@ def piece(cfg, st, req, running, acc, n, h0, j0, j1, d, e, alloc, final, ext):
     """Integrals of jump steps j0..j1-1, whose durations are d + e * (j - j0)."""
     length = j1 - j0
     sumdt = length * d + e * sum_i(length)
-    mac(acc, ACC_SHARED, st[SHARED] * cfg[BLOCK_SIZE], sumdt)
+    if st[SHARED] != 0:
+        mac(acc, ACC_SHARED, st[SHARED] * cfg[BLOCK_SIZE], sumdt)
     mac(acc, ACC_TIME, ONE, sumdt)
     mac(acc, ACC_RUNNING, n, sumdt)
     a = h0 + n * (j0 + 1)  # tokens held during step j0
@@ -1136,15 +1143,21 @@ def do_jump(cfg, st, req, px, running, requeued, run_start, run_len, timeline, a
     jump_samples(cfg, st, req, running, timeline, k, n, h0, tp, alloc, final, ext)
     end = st[NOW] + cum(k, flat, base, slope, jstar)
     taken = 0
+    b = cfg[BLOCK_SIZE]
+    paged = cfg[PAGED] != 0
     for i in range(n):
         rid = running[i]
-        req[rid, HELD] += k
+        held = req[rid, HELD] + k
+        req[rid, HELD] = held
         req[rid, GENERATED] += k
-        if cfg[PAGED] != 0:
-            blocks = cdiv(req[rid, HELD], cfg[BLOCK_SIZE])
+        if paged:
+            blocks = (held + b - 1) // b
             taken += blocks - req[rid, BLOCKS]
             req[rid, BLOCKS] = blocks
-    take_blocks(cfg, st, px, taken)
+    if cfg[PREFIX] != 0:
+        take_blocks(cfg, st, px, taken)
+    else:
+        st[FREE_BLOCKS] -= taken
     kept = 0
     for i in range(n):
         rid = running[i]
