@@ -375,3 +375,27 @@ def test_capacity_experiment_follows_the_hybrid_groups():
     grouped, plain = run_capacity(wl)
     assert grouped.result.admitted == 14 and grouped.result.allocated_slots == 14 * 7 * 4
     assert plain.result.admitted == 10  # 200 slots of both layers / 20 tokens
+
+
+def test_synthetic_prefixes_in_a_serve_workload(tmp_path):
+    """The `prefix:` section gives a serve run's prompts shared system prompts; the engine's cache
+    finds them, and the same run without caching follows for comparison."""
+    from kvplan.errors import KvplanError
+    from kvplan.experiments import document, load
+
+    path = tmp_path / "serve.yaml"
+    body = ("experiment: serve\npool: {slots: 200000}\nrequests:\n  count: 300\n"
+            "  prompt: {dist: fixed, value: 200}\n  output: {dist: fixed, value: 20}\n"
+            "  arrival: {process: poisson, rate: 0.5}\n"
+            "scheduler: {max_model_len: 4096}\n"
+            "prefix: {system_prompts: 2, system_prompt_len: 1024, hash_block_size: 16}\n")
+    path.write_text(body)
+    doc = document(load(path))
+    on, off = doc["results"]
+    assert (on["label"], off["label"]) == ("paged-B16", "paged-B16 no-cache")
+    # 1,024 of every 1,224-token prompt is a system prompt, all cached after the first two
+    assert 0.8 < on["prefix_cache"]["prefix_hit_rate"] < 1024 / 1224
+    assert off["prefix_cache"] is None
+    path.write_text(body.replace("hash_block_size: 16}", "hash_block_size: 16, max_running: 2}"))
+    with pytest.raises(KvplanError, match="max_running"):
+        document(load(path))

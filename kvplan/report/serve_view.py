@@ -53,7 +53,7 @@ def render_serve(doc: dict) -> None:
         mem.add_row(r["label"], *(f"{100 * r['memory_breakdown'][c]:.1f}" for c in BREAKDOWN))
     print_table(out, mem)
     cached = [r for r in doc["results"] if r.get("prefix_cache")]
-    if cached:
+    if any(r["prefix_cache"]["prefill_tokens_saved"] for r in cached):  # prompts that share something
         print_table(out, _prefix_table(cached))
     if doc.get("rate_sweep"):
         print_table(out, _sweep_table(doc["rate_sweep"], unit))
