@@ -84,22 +84,23 @@ def as_json(result) -> str:
     return json.dumps([result.to_dict(), result.timeline.to_dict(), cols])
 
 
-@pytest.mark.parametrize("seed", range(240))
-def test_engine_equals_reference_on_random_small_workloads(seed):
-    """Breaks if any jump, event or accounting of the fast engine differs from the plain steps."""
-    wl, spec, points = random_workload(seed)
+def assert_engines_agree(wl, spec, points: int) -> None:
+    """The fast engine and the step-by-step reference give the same result to the byte."""
     fast = simulate(wl, spec, record_requests=True, timeline_points=points)
     slow = simulate_reference(wl, spec, record_requests=True, timeline_points=points)
     assert as_json(fast) == as_json(slow)
+
+
+@pytest.mark.parametrize("seed", range(240))
+def test_engine_equals_reference_on_random_small_workloads(seed):
+    """Breaks if any jump, event or accounting of the fast engine differs from the plain steps."""
+    assert_engines_agree(*random_workload(seed))
 
 
 @pytest.mark.parametrize("seed", range(16))
 def test_engine_equals_reference_on_random_larger_workloads(seed):
     """Breaks if long jumps (hundreds of steps, many block boundaries) lose exactness."""
-    wl, spec, points = random_workload(seed, big=True)
-    fast = simulate(wl, spec, record_requests=True, timeline_points=points)
-    slow = simulate_reference(wl, spec, record_requests=True, timeline_points=points)
-    assert as_json(fast) == as_json(slow)
+    assert_engines_agree(*random_workload(seed, big=True))
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -14,7 +14,7 @@ from kvplan.sim.inputs import make_setup, prepared_chunks
 from kvplan.sim.reference import simulate_reference
 from kvplan.workload.records import (AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig,
                                      TimingConfig, Workload)
-from tests.test_sim_engine import as_json, random_step_model
+from tests.test_sim_engine import as_json, assert_engines_agree, random_step_model
 
 
 def shared_prompts(rng, n: int, hash_block: int, mml: int):
@@ -78,18 +78,12 @@ def random_prefix_workload(seed: int, big: bool = False):
 def test_engine_equals_reference_with_prefix_caching(seed):
     """Breaks if a hit, an eviction, the free queue's order or a jump differs from the plain
     block-by-block pool."""
-    wl, spec, points = random_prefix_workload(seed)
-    fast = simulate(wl, spec, record_requests=True, timeline_points=points)
-    slow = simulate_reference(wl, spec, record_requests=True, timeline_points=points)
-    assert as_json(fast) == as_json(slow)
+    assert_engines_agree(*random_prefix_workload(seed))
 
 
 @pytest.mark.parametrize("seed", range(30))
 def test_engine_equals_reference_with_prefix_caching_larger(seed):
-    wl, spec, points = random_prefix_workload(seed, big=True)
-    fast = simulate(wl, spec, record_requests=True, timeline_points=points)
-    slow = simulate_reference(wl, spec, record_requests=True, timeline_points=points)
-    assert as_json(fast) == as_json(slow)
+    assert_engines_agree(*random_prefix_workload(seed, big=True))
 
 
 def test_random_workloads_do_hit_evict_and_preempt():
@@ -289,10 +283,7 @@ def test_engine_equals_reference_with_hybrid_groups(seed):
     made = random_hybrid_workload(seed, big=seed % 4 == 3)
     if made is None:
         pytest.skip("pages this layout cannot unify")
-    wl, spec, points = made
-    fast = simulate(wl, spec, record_requests=True, timeline_points=points)
-    slow = simulate_reference(wl, spec, record_requests=True, timeline_points=points)
-    assert as_json(fast) == as_json(slow)
+    assert_engines_agree(*made)
 
 
 def test_sliding_window_blocks_by_hand():
