@@ -5,7 +5,7 @@ the same result to the last bit; it is fast because it does not step token by to
 events (an arrival that could be admitted, a finish, a block the pool cannot serve, a prefill)
 the running batch only decodes, and the compiled kernel (`kernel.py`) advances over all those
 steps in one closed-form jump. Requests are read lazily chunk by chunk; per request the engine
-keeps one row of 17 int64 (136 bytes, named in kernel.py), and the running batch is a small array of
+keeps one row of 18 int64 (144 bytes, named in kernel.py), and the running batch is a small array of
 request ids. With prefix caching, the block identities of the loaded prompts (one trie node per
 trace hash block, `prefix_ids.py`) and the cached entries live in the four arrays of `px`.
 """

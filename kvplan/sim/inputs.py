@@ -21,8 +21,8 @@ from kvplan.errors import WorkloadError
 from kvplan.memory.capacity import contiguous_reservations
 from kvplan.memory.contiguous import POLICIES, reservation
 from kvplan.sim.prefix_ids import ChunkIds, PrefixTrie
-from kvplan.workload.pool_rules import HybridBlocks, hybrid_rule, pool_bytes, usable_blocks
 from kvplan.sim.timing import StepClock, make_clock
+from kvplan.workload.pool_rules import HybridBlocks, hybrid_rule, pool_bytes, usable_blocks
 from kvplan.workload.records import AllocatorSpec, SchedulerConfig, Workload
 
 PREEMPTION_MODES = ("recompute", "swap")

@@ -73,11 +73,3 @@ def hybrid_rule(workload: Workload, block_size: int, grouped: bool):
         kv_full=sum(g.bytes_per_token for g in layout.groups if g.kind in ("full", "mla")),
         kv_sliding=sum(g.bytes_per_token for g in layout.groups if g.kind == "sliding"))
     return groups, rule
-
-
-def hybrid_blocks(rule: HybridBlocks, block_size: int, computed: int, held: int) -> int:
-    """Blocks a request holding `held` tokens takes in every group, `computed` of them computed
-    before its last step (a sliding group drops the blocks wholly before its last window - 1)."""
-    full = -(-held // block_size)
-    skip = max(computed - rule.window + 1, 0) // block_size if rule.sliding else 0
-    return rule.full * full + rule.sliding * (full - skip) + rule.state
