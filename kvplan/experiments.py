@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from kvplan.errors import KvplanError
+from kvplan.errors import KvplanError, UsageError
 from kvplan.model.facts import model_facts
 from kvplan.workload.records import AllocatorSpec, Workload
 from kvplan.workload.schema import load_workload
@@ -55,3 +55,60 @@ def document(workload: Workload, *, block_sizes: Sequence[int] | None = None,
         return serve_document(workload)
     except KvplanError as exc:
         raise exc.located(file=workload.path) from None
+
+
+def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str, output: str,
+                  count: int, kv_dtype: str = "auto", max_num_seqs: int | None = None) -> str:
+    """The workload YAML of a flag-only run: fixed lengths, Poisson or all-at-once arrivals, one paged
+    allocator (B = 16), the KV pool vLLM would allocate at start-up (kvplan size's prediction at
+    its defaults), vLLM's scheduler defaults."""
+    import json as json_module
+    import math
+
+    from kvplan.model.size import size
+    from kvplan.units import parse_count
+
+    p = parse_count(prompt, field="--prompt", high=2**31)
+    o = parse_count(output, field="--output", high=2**31)
+    if not 1 <= count <= 50_000_000:
+        raise UsageError(f"expected 1 to 50,000,000 requests, got {count}", field="--count")
+    if rate is not None and not (math.isfinite(rate) and 1e-6 <= rate <= 1e9):
+        raise UsageError(f"expected a rate from 1e-6 to 1e9 requests/s, got {rate}", field="--rate")
+    if not 1 <= tp <= 65_536:
+        raise UsageError(f"expected a tensor-parallel degree from 1 to 65,536, got {tp}", field="--tp")
+    if not gpu.strip():
+        raise UsageError("expected a GPU of the catalog (kvplan gpus), got an empty name", field="--gpu")
+    report = size(model, gpu=gpu, tp=tp, tokens=p + o, kv_dtype=kv_dtype, explore=False).report
+    if not report.fits:
+        raise UsageError(f"vLLM would not serve it: {report.reason or 'one request does not fit'}", field="--model")
+    arrival = f"{{process: poisson, rate: {rate!r}}}" if rate is not None else "{process: all_at_once}"
+    return (f"# kvplan simulate --model {json_module.dumps(model)} --gpu {json_module.dumps(gpu)}: the workload "
+            f"it ran\n"
+            f"name: flags\nexperiment: serve\nseed: 0\nmodel: {json_module.dumps(model)}\n"
+            f"gpu: {json_module.dumps(gpu)}\ntp: {tp}\nkv_dtype: {kv_dtype}\n"
+            f"pool: {{kv_memory: {report.kv_pool_bytes}}}   # vLLM's Available KV cache memory (kvplan size)\n"
+            f"requests:\n  count: {count}\n  prompt: {{dist: fixed, value: {p}}}\n"
+            f"  output: {{dist: fixed, value: {o}}}\n  arrival: {arrival}\n"
+            f"allocators:\n  - {{kind: paged, block_size: 16}}\n"
+            f"scheduler: {{max_model_len: {p + o}"
+            + (f", max_num_seqs: {max_num_seqs}" if max_num_seqs else "") + "}\n")
+
+
+def load_text(text: str):
+    """Load a workload given as text (written to a private temporary file, removed after)."""
+    import tempfile
+
+    from kvplan.errors import KvplanError
+
+    with tempfile.TemporaryDirectory(prefix="kvplan-") as tmp:
+        path = Path(tmp) / "flags.yaml"
+        path.write_text(text, encoding="utf-8")
+        try:
+            wl = load(path)
+        except KvplanError as exc:  # name the flag, not the temporary file
+            key = (exc.field or "model").split(".")[-1]
+            flag = {"max_model_len": "--prompt", "kv_memory": "--model"}.get(key, "--" + key.replace("_", "-"))
+            raise UsageError(exc.message, field=flag) from None
+    from dataclasses import replace
+
+    return replace(wl, path="(the flags)")

@@ -17,6 +17,7 @@ RANK = {
     "workload": 3,
     "sim": 4, "replay": 4, "backends": 4,
     "experiments": 5,
+    "plan": 6,
     "report": 6,
     "check": 7,
     "cli": 8, "__main__": 9, "__init__": 9,

@@ -13,6 +13,7 @@ import typer
 from kvplan.cli.catalog import gpus, models
 from kvplan.cli.check import check
 from kvplan.cli.examples import examples, schema
+from kvplan.cli.plan import plan
 from kvplan.cli.simulate import simulate
 from kvplan.cli.size import size
 from kvplan.cli.step import step
@@ -51,5 +52,5 @@ def _short_help(command) -> str:
     return (command.__doc__ or "").strip().splitlines()[0]
 
 
-for command in (size, step, simulate, examples, schema, validate, models, gpus, check):
+for command in (size, step, simulate, plan, examples, schema, validate, models, gpus, check):
     app.command(short_help=_short_help(command))(command)

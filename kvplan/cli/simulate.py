@@ -58,13 +58,15 @@ def simulate(
         raise UsageError("give a workload file, a bundled example's name (kvplan examples), or --model with "
                          "the flags of a serve run", field="workload")
     else:
+        from kvplan.experiments import flag_workload, load_text
+
         text = flag_workload(model, "H100-80GB" if gpu is None else gpu, 1 if tp is None else tp, rate,
                              prompt or "1000", output or "200", 1000 if count is None else count)
         if show_workload:
             import sys
 
             (sys.stderr if json else sys.stdout).write(text)
-        wl = _load_text(text)
+        wl = load_text(text)
         workload = "the flags"
     for option, value, allowed in (("--csv", csv, ("serve",)), ("--rates", rates, ("serve",)),
                                    ("--cache-blocks", cache_blocks, ("prefix",)),
@@ -92,64 +94,6 @@ def _workload_path(text: str) -> Path:
         if bundled is not None:
             return bundled
     return path
-
-
-def flag_workload(model: str, gpu: str, tp: int, rate: Optional[float], prompt: str, output: str,
-                  count: int) -> str:
-    """The workload YAML of a flag-only run: fixed lengths, Poisson or all-at-once arrivals, one paged
-    allocator (B = 16), the KV pool vLLM would allocate at start-up (kvplan size's prediction at
-    its defaults), vLLM's scheduler defaults."""
-    import json as json_module
-    import math
-
-    from kvplan.model.size import size
-    from kvplan.units import parse_count
-
-    p = parse_count(prompt, field="--prompt", high=2**31)
-    o = parse_count(output, field="--output", high=2**31)
-    if not 1 <= count <= 50_000_000:
-        raise UsageError(f"expected 1 to 50,000,000 requests, got {count}", field="--count")
-    if rate is not None and not (math.isfinite(rate) and 1e-6 <= rate <= 1e9):
-        raise UsageError(f"expected a rate from 1e-6 to 1e9 requests/s, got {rate}", field="--rate")
-    if not 1 <= tp <= 65_536:
-        raise UsageError(f"expected a tensor-parallel degree from 1 to 65,536, got {tp}", field="--tp")
-    if not gpu.strip():
-        raise UsageError("expected a GPU of the catalog (kvplan gpus), got an empty name", field="--gpu")
-    report = size(model, gpu=gpu, tp=tp, tokens=p + o, explore=False).report
-    if not report.fits:
-        raise UsageError(f"vLLM would not serve it: {report.reason or 'one request does not fit'}", field="--model")
-    arrival = f"{{process: poisson, rate: {rate!r}}}" if rate is not None else "{process: all_at_once}"
-    return (f"# kvplan simulate --model {json_module.dumps(model)} --gpu {json_module.dumps(gpu)}: the workload "
-            f"it ran\n"
-            f"name: flags\nexperiment: serve\nseed: 0\nmodel: {json_module.dumps(model)}\n"
-            f"gpu: {json_module.dumps(gpu)}\ntp: {tp}\n"
-            f"pool: {{kv_memory: {report.kv_pool_bytes}}}   # vLLM's Available KV cache memory (kvplan size)\n"
-            f"requests:\n  count: {count}\n  prompt: {{dist: fixed, value: {p}}}\n"
-            f"  output: {{dist: fixed, value: {o}}}\n  arrival: {arrival}\n"
-            f"allocators:\n  - {{kind: paged, block_size: 16}}\n"
-            f"scheduler: {{max_model_len: {p + o}}}\n")
-
-
-def _load_text(text: str):
-    """Load a workload given as text (written to a private temporary file, removed after)."""
-    import tempfile
-
-    from kvplan.experiments import load
-
-    from kvplan.errors import KvplanError
-
-    with tempfile.TemporaryDirectory(prefix="kvplan-") as tmp:
-        path = Path(tmp) / "flags.yaml"
-        path.write_text(text, encoding="utf-8")
-        try:
-            wl = load(path)
-        except KvplanError as exc:  # name the flag, not the temporary file
-            key = (exc.field or "model").split(".")[-1]
-            flag = {"max_model_len": "--prompt", "kv_memory": "--model"}.get(key, "--" + key.replace("_", "-"))
-            raise UsageError(exc.message, field=flag) from None
-    from dataclasses import replace
-
-    return replace(wl, path="(the flags)")
 
 
 def _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks) -> dict:

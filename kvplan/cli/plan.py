@@ -1,0 +1,148 @@
+"""`kvplan plan MODEL`: check every option, search the deployments, report the cheapest first."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvplan.cli.options import JsonOpt
+from kvplan.errors import UsageError
+
+DEFAULT_TPS = "1,2,4,8"
+
+
+def plan(
+    model: Annotated[str, typer.Argument(help="The model served (any kvplan size argument).")],
+    rate: Annotated[float, typer.Option(help="Requests/s to serve in all (Poisson arrivals).")],
+    prompt: Annotated[str, typer.Option(help="Prompt tokens of every request (1000; 2k).")] = "1000",
+    output: Annotated[str, typer.Option(help="Output tokens of every request.")] = "200",
+    count: Annotated[int, typer.Option(help="Requests simulated per evaluation.")] = 2000,
+    ttft_p99: Annotated[Optional[float], typer.Option("--ttft-p99", help="Target p99 time to first token, s.")] = None,
+    tpot_p99: Annotated[Optional[float], typer.Option("--tpot-p99", help="Target p99 time per output token, s.")] = None,
+    e2e_p99: Annotated[Optional[float], typer.Option("--e2e-p99", help="Target p99 end-to-end latency, s.")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="GPUs to consider: a list (H100-80GB,L40S); default every priced GPU.")] = None,
+    tp: Annotated[str, typer.Option(help="Tensor-parallel degrees to consider.")] = DEFAULT_TPS,
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV dtypes to consider: auto,fp8.")] = "auto",
+    max_num_seqs: Annotated[Optional[str], typer.Option("--max-num-seqs", help="max_num_seqs values to consider (default vLLM's for the GPU).")] = None,
+    price: Annotated[Optional[list[str]], typer.Option(help="Override a price: GPU=USD per GPU-hour (repeatable).")] = None,
+    prices: Annotated[Optional[Path], typer.Option(help="A price file replacing the shipped table (same JSON shape).")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Evaluations in parallel (default: every core).")] = None,
+    csv: Annotated[Optional[Path], typer.Option(help="Write the ranked table as CSV.")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Find the cheapest deployment that serves a traffic within latency targets.
+
+    Example: kvplan plan meta-llama/Llama-3.1-8B-Instruct --rate 20 --prompt 1000 --output 200 --ttft-p99 2 --tpot-p99 0.05
+    """
+    import math
+
+    from kvplan.plan.prices import load_prices
+    from kvplan.plan.search import Config, Targets, Traffic, pareto, search
+    from kvplan.report.files import check_writable
+    from kvplan.units import parse_count
+
+    if not (math.isfinite(rate) and 1e-3 <= rate <= 1e7):
+        raise UsageError(f"expected a rate from 0.001 to 10,000,000 requests/s, got {rate}", field="--rate")
+    p = parse_count(prompt, field="--prompt", high=2**31)
+    o = parse_count(output, field="--output", high=2**31)
+    if not 10 <= count <= 1_000_000:
+        raise UsageError(f"expected 10 to 1,000,000 requests per evaluation, got {count}", field="--count")
+    for name, value in (("--ttft-p99", ttft_p99), ("--tpot-p99", tpot_p99), ("--e2e-p99", e2e_p99)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f"expected a positive number of seconds, got {value}", field=name)
+    if csv is not None:
+        check_writable(csv, "--csv")
+    table, meta = load_prices(prices, price)
+    gpus = _gpus(gpu, table)
+    tps = [_int(t, "--tp", 1, 64) for t in tp.split(",")]
+    dtypes = [d.strip() for d in kv_dtype.split(",") if d.strip()]
+    seqs = [_int(s, "--max-num-seqs", 1, 65_536) for s in max_num_seqs.split(",")] if max_num_seqs else [None]
+    configs = [Config(g, t, d, s) for g in gpus for t in tps for d in dtypes for s in seqs]
+    n = workers if workers is not None else (os.cpu_count() or 1)
+    if not 1 <= n <= 1024:
+        raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
+    traffic, targets = Traffic(rate, p, o, count), Targets(ttft_p99, tpot_p99, e2e_p99)
+    with _Progress(enabled=not json) as bar:
+        results = search(model, traffic, targets, configs, table, workers=n, progress=bar.update)
+    front = pareto(results)
+    doc = {"model": model, "traffic": vars_of(traffic), "targets": vars_of(targets),
+           "answer": results[0].to_dict() if results and results[0].feasible else None,
+           "results": [r.to_dict() for r in results], "frontier": [e.config.label for e in front],
+           "prices": {g: meta[g] for g in gpus if g in meta}}
+    if csv is not None:
+        from kvplan.report.files import atomic_write
+        from kvplan.report.plan_view import write_plan_csv
+
+        atomic_write(csv, lambda tmp: write_plan_csv(doc, tmp), field="--csv")
+    if json:
+        from kvplan.report.output import emit_json
+
+        emit_json(doc)
+    else:
+        from kvplan.report.plan_view import render_plan
+
+        render_plan(doc)
+
+
+def vars_of(record) -> dict:
+    from dataclasses import asdict
+
+    return asdict(record)
+
+
+def _int(text: str, field: str, lo: int, hi: int) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise UsageError(f"expected whole numbers separated by commas, got {text!r}", field=field) from None
+    if not lo <= value <= hi:
+        raise UsageError(f"expected {lo} to {hi}, got {value}", field=field)
+    return value
+
+
+def _gpus(text: Optional[str], prices: dict[str, float]) -> list[str]:
+    from kvplan.errors import KvplanError
+    from kvplan.model.gpus import get_gpu
+
+    if text is None:
+        return sorted(prices)
+    out = []
+    for name in (n.strip() for n in text.split(",") if n.strip()):
+        try:
+            out.append(get_gpu(name).name)
+        except KvplanError as exc:
+            raise UsageError(exc.message, field="--gpu") from None
+    return out
+
+
+class _Progress:
+    """A rich progress bar with an ETA on stderr, on a terminal only."""
+
+    def __init__(self, enabled: bool) -> None:
+        import sys
+
+        self.enabled = enabled and sys.stderr.isatty()
+        self.bar = self.task = None
+
+    def __enter__(self) -> "_Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("planning"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.task = self.bar.add_task("plan", total=total)
+            self.bar.start()
+        self.bar.update(self.task, completed=done)

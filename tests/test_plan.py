@@ -1,0 +1,126 @@
+"""`kvplan plan`: the search against brute force, monotonic sanity, determinism, the command."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from kvplan.plan.search import Config, Targets, Traffic, evaluate, pareto, rank, search
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+TRAFFIC = Traffic(rate=10.0, prompt=800, output=100, count=300)  # no replica count near an edge
+TARGETS = Targets(ttft_p99=1.0, tpot_p99=0.05)
+SPACE = [Config("H100-80GB", 1), Config("H100-80GB", 2), Config("L40S", 1), Config("A100-80GB", 1)]
+PRICES = {"H100-80GB": 2.5, "L40S": 1.0, "A100-80GB": 1.8}
+
+
+@pytest.fixture(scope="module")
+def planned():
+    return search(MODEL, TRAFFIC, TARGETS, SPACE, PRICES)
+
+
+def brute_force_rate(config: Config, targets: Targets) -> float:
+    """The rate on a fine grid (2% steps) below the first one that misses the targets, simulating
+    each in turn (p99s of a few hundred requests are not exactly monotonic in the rate; plan's
+    bisection, like this scan, reports the edge it meets first)."""
+    from dataclasses import replace
+
+    from kvplan.experiments import flag_workload, load_text
+    from kvplan.sim.engine import simulate
+
+    wl = load_text(flag_workload(MODEL, config.gpu, config.tp, 1.0, str(TRAFFIC.prompt), str(TRAFFIC.output),
+                                 TRAFFIC.count))
+    base, spec = wl.make_requests, wl.allocators[0]
+    best = 0.0
+    for rate in np.geomspace(0.5, 200, 300):  # ratio 1.02 between points
+        make = lambda r=rate: (replace(c, arrival=c.arrival / r) for c in base())  # noqa: E731
+        if not targets.met_by(simulate(replace(wl, make_requests=make), spec)):
+            break
+        best = float(rate)
+    return best
+
+
+def test_the_choice_equals_brute_force(planned):
+    """Each configuration's rate per replica is within the bisection's precision of the fine
+    grid's, and the cheapest configuration by brute force is the one plan picks."""
+    costs = {}
+    for e in planned:
+        grid = brute_force_rate(e.config, TARGETS)
+        assert grid > 0
+        assert e.rate_per_replica == pytest.approx(grid, rel=0.05)
+        costs[e.config] = math.ceil(TRAFFIC.rate / grid) * e.config.tp * PRICES[e.config.gpu]
+    cheapest = min(costs.values())
+    assert planned[0].cost_per_hour == pytest.approx(cheapest)
+
+
+def test_frontier_is_the_set_no_one_dominates(planned):
+    front = pareto(planned)
+    feasible = [e for e in planned if e.feasible]
+    for e in feasible:
+        dominated = any(o.cost_per_hour <= e.cost_per_hour and o.ttft_p99 < e.ttft_p99
+                        or o.cost_per_hour < e.cost_per_hour and o.ttft_p99 <= e.ttft_p99 for o in feasible)
+        assert (e in front) == (not dominated)
+
+
+def test_a_looser_target_never_costs_more(planned):
+    loose = search(MODEL, TRAFFIC, Targets(ttft_p99=4.0, tpot_p99=0.1), SPACE, PRICES)
+    assert loose[0].cost_per_hour <= planned[0].cost_per_hour
+    by = {e.config: e for e in planned}
+    for e in loose:
+        assert e.rate_per_replica >= by[e.config].rate_per_replica * 0.999
+
+
+def test_a_higher_rate_never_needs_fewer_replicas(planned):
+    more = search(MODEL, Traffic(30.0, TRAFFIC.prompt, TRAFFIC.output, TRAFFIC.count), TARGETS, SPACE, PRICES)
+    by = {e.config: e for e in planned}
+    for e in more:
+        assert e.replicas >= by[e.config].replicas
+
+
+def test_a_cheaper_gpu_never_makes_the_plan_dearer(planned):
+    cheaper = dict(PRICES, **{"A100-80GB": 0.5})
+    again = search(MODEL, TRAFFIC, TARGETS, SPACE, cheaper)
+    assert again[0].cost_per_hour <= planned[0].cost_per_hour
+
+
+def test_one_worker_and_two_give_the_same_rows(planned):
+    two = search(MODEL, TRAFFIC, TARGETS, SPACE, PRICES, workers=2)
+    assert [e.to_dict() for e in two] == [e.to_dict() for e in planned]
+
+
+def test_memory_prunes_first():
+    e = evaluate("meta-llama/Llama-3.1-70B-Instruct", TRAFFIC, TARGETS, Config("L4", 1), 0.7)
+    assert not e.fits and not e.feasible and "would not serve" in e.reason and e.evaluations == 0
+
+
+def test_rank_puts_infeasible_last():
+    from kvplan.plan.search import Evaluation
+
+    rows = rank([Evaluation(Config("L4"), False, "no"), Evaluation(Config("L40S"), True, None, 1.0, 2, 2, 1.0, 2.0, 0.1,
+                                                                    0.5, 0.02, 3.0)])
+    assert [r.config.gpu for r in rows] == ["L40S", "L4"]
+
+
+def test_the_command_prints_the_answer_and_json(tmp_path, run_cli):
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"prices": [{"gpu": "H100-80GB", "usd_per_gpu_hour": 2.5}]}))
+    args = ["plan", MODEL, "--rate", "12", "--prompt", "800", "--output", "100", "--count", "300",
+            "--ttft-p99", "1", "--tpot-p99", "0.05", "--prices", str(prices), "--tp", "1", "--workers", "1"]
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    assert out.startswith("Rent ")
+    code, out, err = run_cli(*args, "--json", "--csv", str(tmp_path / "plan.csv"))
+    doc = json.loads(out)
+    assert doc["answer"]["cost_per_hour"] > 0 and doc["answer"]["cost_per_million_tokens"] > 0
+    assert (tmp_path / "plan.csv").read_text().splitlines()[0].startswith("rank,config,gpu")
+
+
+@pytest.mark.parametrize("extra,field", [(["--price", "H100-80GB"], "--price"), (["--price", "H100-80GB=-1"], "--price"),
+                                         (["--tp", "1,x"], "--tp"), (["--gpu", "NoSuchGPU"], "--gpu"),
+                                         (["--count", "3"], "--count"), (["--rate", "0"], "--rate")])
+def test_bad_options_are_one_line(extra, field, run_cli):
+    code, out, err = run_cli("plan", MODEL, "--rate", "1", *extra)
+    assert code == 2 and field in err and len(err.strip().splitlines()) == 1 and out == ""
