@@ -11,21 +11,36 @@ one token per decoding request). Its time is the sum of the kernels it runs one 
          + allreduce(n)                       tp > 1: two all-reduces per layer
 
 - linear(n): each GEMM is bound by reading its weights or by its FLOPs, whichever is slower:
-  max(bytes read / (HBM x BANDWIDTH_EFFICIENCY), 2 x params x n / (peak x gemm_efficiency(n))).
-  gemm_efficiency(n) = GEMM_EFFICIENCY x n / (n + GEMM_HALF_TOKENS): tensor cores fill as the
-  token dimension grows (small batches are memory-bound anyway; large prefills reach the ceiling).
+  max(bytes read / (HBM x BANDWIDTH_EFFICIENCY), 2 x params x n / (MAMF x gemm_efficiency(n))).
+  MAMF is the GPU's measured maximum achievable matmul FLOP/s at the GEMMs' dtype (MAMF_BF16 /
+  MAMF_FP8 below, with their source; a data-sheet peak is never reached). gemm_efficiency(n) =
+  GEMM_EFFICIENCY x n / (t x ceil(n / t)): tile quantization (NVIDIA, "Matrix Multiplication
+  Background User's Guide"): the token dimension is computed in whole tiles of t rows, the
+  smallest power of two that covers n between MIN_TILE_TOKENS (16, the tensor-core MMA's M) and
+  GEMM_TILE_TOKENS (the large-GEMM tile); so 4 tokens cost the compute of 16 (memory-bound
+  anyway), 200 that of 256, and a large prefill reaches the ceiling. GEMM_EFFICIENCY is what
+  LLM-shaped GEMMs reach of the best shape's MAMF.
   Dense weights are read whole every step (the input embedding is a gather of n rows, so only the
   lm_head's copy of the vocabulary matrix counts). MoE experts: n tokens choosing top_k of E
   experts touch E x (1 - (1 - top_k / E)^n) distinct experts on average, and only those are read;
   each gets n x top_k / that many tokens, which sets its GEMM efficiency. Quantized checkpoints
   read their bytes as loaded (kvplan/model/weights.py); fp8 weights with fp8 activations (W8A8:
-  fp8 checkpoints, compressed-tensors float8 groups, vLLM's online fp8) run at the GPU's fp8 peak
-  where it has one; weight-only schemes (GPTQ, AWQ, MXFP4 on Hopper) compute in bf16.
+  fp8 checkpoints, compressed-tensors float8 groups, vLLM's online fp8) run at the GPU's fp8 MAMF
+  where it has fp8 units; weight-only schemes (GPTQ, AWQ, MXFP4 on Hopper) compute in bf16.
 - The lm_head runs on one token per request: its FLOPs are part of the per-request term.
 - kv_per_token: the KV bytes of one held token on this GPU, at the KV dtype (fp8 KV halves it).
+  The engine counts what a step reads: every held token of full-attention layers, and with vLLM's
+  hybrid KV cache manager only the last `window` tokens of sliding-window layers
+  (kvplan/sim/reference.py, kv_read).
 - attention_per_pair: a prefill token attending to one earlier token costs 2 x heads x (qk head
   dim + v head dim) FLOPs per attention layer (QK^T and PV), at the bf16 peak x
   ATTENTION_EFFICIENCY. A chunk of c tokens after h held ones makes c x h + c (c + 1) / 2 pairs.
+- Short sliding windows (window <= SHORT_WINDOW tokens, e.g. gpt-oss's 128): a prefill token
+  attends to at most `window` earlier tokens there (FlashAttention skips the blocks outside the
+  window), so those layers are charged `window` pairs a token (a per-token term, exact once a
+  sequence is past its window) instead of the chunk's pairs. Longer windows (Mistral's 4,096,
+  Llama 4's 8,192-token chunks) are charged like full attention, exact while a context is inside
+  the window. (Exact pairs per layer group need the engine to pass them per group.)
 - allreduce(n): 2 per layer, each ALLREDUCE_LATENCY_S + 2 (tp - 1) / tp x n x hidden x 2 B over
   the GPU's link (NVLink on SXM parts, PCIe on L4/L40S/A10G) at LINK_EFFICIENCY of its figure.
 - overhead: STEP_OVERHEAD_S a step with CUDA graphs (scheduling, input preparation, sampling
@@ -40,9 +55,12 @@ one token per decoding request). Its time is the sum of the kernels it runs one 
   request (kvplan/sim/inputs.prepared_chunks); it matters only when requests arrive faster.
 
 Figures of the GPU (HBM bandwidth, dense bf16 and fp8 peaks, link bandwidth) are data-sheet
-values from kvplan/model/gpus.json. The constants in CAPITALS are the global ones fitted on the
-cited measurements of tests/data/step_time_measurements.yaml (bench/timing_fidelity.py: a third
-of them held out); none depends on a model or a GPU.
+values from kvplan/model/gpus.json; its achievable matmul FLOP/s are measured ones (MAMF_BF16,
+MAMF_FP8, with their source). The constants in CAPITALS are the global ones fitted on the cited
+measurements of tests/data/step_time_measurements.yaml (bench/timing_fidelity.py: a third of them
+held out), each within a physically possible range; none depends on a model or a GPU.
+ENGINE_OVERHEAD_FACTOR and SERVER_FRONTEND_FACTOR only restate other engines' and servers'
+published measurements for that comparison (vLLM's, what kvplan simulates, are 1).
 """
 
 from __future__ import annotations
@@ -60,17 +78,31 @@ from kvplan.model.weights import WeightEstimate, moe_shape
 class StepConstants:
     """The fitted global constants (see the module docstring)."""
 
-    bandwidth_efficiency: float = 0.85
-    gemm_efficiency: float = 0.60
-    gemm_half_tokens: float = 96.0
-    attention_efficiency: float = 0.60
-    step_overhead_s: float = 3.0e-3
-    eager_overhead_per_layer_s: float = 60e-6
-    request_overhead_s: float = 15e-6
-    allreduce_latency_s: float = 12e-6
-    link_efficiency: float = 0.85
-    weight_only_gemm: float = 0.35  # weight-only quantized GEMMs (GPTQ/AWQ/MXFP4...): share of bf16's efficiency
-    frontend_latency_s: float = 40e-3  # the API server's share of TTFT and E2E (not a GPU step)
+    # Fitted by bench/timing_fidelity.py --fit on the fitted two thirds of the corpus, each within
+    # the range the physics allows (FIT_RANGES there); what each stands for, and its grounding:
+    bandwidth_efficiency: float = 0.81  # share of the data-sheet HBM bandwidth a weight / KV stream
+    #   reaches (STREAM-like copies reach 0.8-0.9 of it on H100 and A100)
+    gemm_efficiency: float = 0.75  # LLM-shaped GEMMs against the best shape's MAMF (cuBLAS loses to
+    #   wave quantization and epilogues on N, K of a few thousand)
+    gemm_tile_tokens: float = 128.0  # rows of a GEMM tile (CUTLASS / cuBLAS tiles of 64-256 rows)
+    attention_efficiency: float = 0.42  # FlashAttention prefill FLOP/s against the bf16 data-sheet
+    #   peak (FlashAttention-2 reaches 0.5-0.7 of A100's, FlashAttention-3 0.6-0.75 of H100's in the
+    #   forward pass, less on short chunks and varlen batches)
+    step_overhead_s: float = 3.5e-3  # vLLM V1's host time a step: scheduling, input preparation,
+    #   sampler launch, output processing, with CUDA graphs
+    eager_overhead_per_layer_s: float = 60e-6  # --enforce-eager: the launches of a layer's ~15
+    #   kernels at ~4 us each (not fitted: no eager run in the corpus)
+    request_overhead_s: float = 30e-6  # host time per scheduled request and step (sampling metadata,
+    #   detokenizing and queueing its output)
+    allreduce_latency_s: float = 28e-6  # one all-reduce's fixed cost (NCCL / custom all-reduce
+    #   launch and synchronization: 10-30 us on NVLink)
+    link_efficiency: float = 0.95  # share of the link's data-sheet bandwidth an all-reduce reaches
+    #   (fitted at the top of its range: the data term overstates small all-reduces, which NVLink
+    #   switches and one-shot custom all-reduce kernels finish in fewer bytes per GPU)
+    weight_only_gemm: float = 0.35  # weight-only quantized GEMMs (GPTQ/AWQ/MXFP4...): share of bf16's
+    #   efficiency left after dequantizing in the inner loop
+    frontend_latency_s: float = 40e-3  # the API server's share of TTFT and E2E (HTTP, chat template,
+    #   tokenization, the first streamed chunk; not a GPU step)
     frontend_request_s: float = 8e-3  # the API server's time per request, served one at a time
 
     def to_dict(self) -> dict:
@@ -82,7 +114,15 @@ CONSTANTS = StepConstants()
 # for comparing with their published measurements (bench/timing_fidelity.py): a C++ runtime
 # (TensorRT-LLM) schedules and samples with less host time than Python ones. kvplan simulates
 # vLLM, whose factor is 1.
-ENGINE_OVERHEAD_FACTOR = {"vllm": 1.0, "sglang": 0.75, "tensorrt-llm": 0.25, "other": 1.0}
+ENGINE_OVERHEAD_FACTOR = {"vllm": 1.0, "vllm-v0": 0.7, "sglang": 0.75, "tensorrt-llm": 0.35,
+                          "tensorrt-llm-pytorch": 0.84, "other": 1.0}
+# The API server's share of a client's latencies (FRONTEND_LATENCY_S and FRONTEND_REQUEST_S) by the
+# server in front of the engine, relative to vLLM's OpenAI server: trtllm-serve and NIM are OpenAI
+# servers in Python (FastAPI) like vLLM's, taken as equal to it; SGLang's tokenizes in its own
+# process and Triton's server is C++ (fitted); offline benchmarks (trtllm-bench, TensorRT-LLM's
+# gptSessionBenchmark) time the engine itself, with no server at all.
+SERVER_FRONTEND_FACTOR = {"vllm-openai": 1.0, "trtllm-serve": 1.0, "nim": 1.0, "sglang": 0.25, "triton": 0.21,
+                          "trtllm-bench": 0.0, "gptSessionBenchmark": 0.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +130,7 @@ class StepModel:
     """The step-time model of one model on one GPU of a TP group; every size is per GPU."""
 
     hbm_bytes_per_s: float
-    peak_flops: float  # for the linear layers: fp8 peak for W8A8 where the GPU has one
+    peak_flops: float  # data-sheet peak of the linear layers' dtype: fp8 for W8A8 where the GPU has it
     attention_flops: float  # bf16 peak, for attention
     link_bytes_per_s: float
     tp: int
@@ -101,13 +141,15 @@ class StepModel:
     num_experts: int
     top_k: int
     lm_head_flops_per_request: float
-    kv_bytes_per_token: int
-    attention_flops_per_pair: float
+    kv_bytes_per_token: int  # every layer's KV of one token (the engine windows sliding layers' reads)
+    attention_flops_per_pair: float  # layers that attend to every earlier token (full, MLA, long windows)
     hidden: int
     num_layers: int
+    window_flops_per_token: float = 0.0  # short-window layers: a token attends to `window` earlier ones
     enforce_eager: bool = False
     weight_only: bool = False  # weight-only quantized linear layers (dequantized in the GEMM)
     constants: StepConstants = CONSTANTS
+    matmul_flops: float = 0.0  # the GPU's measured achievable matmul FLOP/s (MAMF) at that dtype; 0: peak_flops
 
     def with_constants(self, constants: StepConstants) -> "StepModel":
         return replace(self, constants=constants)
@@ -117,7 +159,15 @@ class StepModel:
     def gemm_efficiency(self, tokens: float) -> float:
         c = self.constants
         ceiling = c.gemm_efficiency * (c.weight_only_gemm if self.weight_only else 1.0)
-        return ceiling * tokens / (tokens + c.gemm_half_tokens)
+        if tokens <= 0:
+            return ceiling
+        # the kernel takes the smallest tile that covers the rows, from the MMA instruction's 16
+        # (mma.sync m16n8k16) up to GEMM_TILE_TOKENS; larger batches are cut into whole tiles
+        tile = min(c.gemm_tile_tokens, max(MIN_TILE_TOKENS, 2.0 ** math.ceil(math.log2(tokens))))
+        return ceiling * tokens / (tile * math.ceil(tokens / tile))
+
+    def _matmul(self) -> float:
+        return self.matmul_flops or self.peak_flops
 
     def _bandwidth(self) -> float:
         return self.hbm_bytes_per_s * self.constants.bandwidth_efficiency
@@ -133,13 +183,13 @@ class StepModel:
         """Seconds of the dense and expert GEMMs for `tokens` tokens, each as (memory, compute)."""
         bw = self._bandwidth()
         parts = {"dense": (self.dense_bytes / bw,
-                           self.dense_flops_per_token * tokens / (self.peak_flops * self.gemm_efficiency(tokens)))}
+                           self.dense_flops_per_token * tokens / (self._matmul() * self.gemm_efficiency(tokens)))}
         if self.num_experts and tokens > 0:
             active = self.active_experts(tokens)
             per_expert = tokens * self.top_k / active
             parts["experts"] = (self.expert_bytes * active / self.num_experts / bw,
                                 self.expert_flops_per_token * tokens
-                                / (self.peak_flops * self.gemm_efficiency(per_expert)))
+                                / (self._matmul() * self.gemm_efficiency(per_expert)))
         return parts
 
     def linear_s(self, tokens: int) -> float:
@@ -154,9 +204,14 @@ class StepModel:
         data = 2 * (self.tp - 1) / self.tp * tokens * self.hidden * 2
         return 2 * self.num_layers * (c.allreduce_latency_s + data / (self.link_bytes_per_s * c.link_efficiency))
 
+    def window_attention_s(self, tokens: int) -> float:
+        """Short-window layers' attention FLOPs of `tokens` tokens (each attends to `window` others)."""
+        return tokens * self.window_flops_per_token / (self.attention_flops * self.constants.attention_efficiency)
+
     def per_token_s(self, tokens: int) -> float:
-        """What the kernel tabulates: linear layers and all-reduces of a step of `tokens` tokens."""
-        return self.linear_s(tokens) + self.allreduce_s(tokens)
+        """What the kernel tabulates: linear layers, all-reduces and short-window attention of a step
+        of `tokens` tokens."""
+        return self.linear_s(tokens) + self.allreduce_s(tokens) + self.window_attention_s(tokens)
 
     @property
     def overhead_s(self) -> float:
@@ -166,7 +221,7 @@ class StepModel:
     @property
     def per_request_s(self) -> float:
         c = self.constants
-        return c.request_overhead_s + self.lm_head_flops_per_request / (self.peak_flops * c.gemm_efficiency)
+        return c.request_overhead_s + self.lm_head_flops_per_request / (self._matmul() * c.gemm_efficiency)
 
     @property
     def kv_read_s_per_token(self) -> float:
@@ -190,9 +245,9 @@ class StepModel:
             "linear": gemm,
             "linear_weights_read": weights_read,
             "linear_flops": sum(c for _, c in parts.values()),
-            "lm_head": self.lm_head_flops_per_request * requests / (self.peak_flops * self.constants.gemm_efficiency),
+            "lm_head": self.lm_head_flops_per_request * requests / (self._matmul() * self.constants.gemm_efficiency),
             "kv_read": self.kv_read_s_per_token * kv_read,
-            "attention": self.attention_s_per_pair * pairs,
+            "attention": self.attention_s_per_pair * pairs + self.window_attention_s(tokens),
             "communication": self.allreduce_s(tokens),
         }
         out["total"] = self.step_s(tokens=tokens, requests=requests, kv_read=kv_read, pairs=pairs)
@@ -219,6 +274,37 @@ def fp8_compute(raw: dict, scheme_name: str) -> bool:
     return False
 
 
+# Maximum achievable matmul FLOP/s (MAMF): the best bf16 / fp8 torch.matmul throughput measured on
+# each accelerator over a search of large shapes, from the table "Maximum Achievable Matmul FLOPS
+# comparison table" of Stas Bekman's ML Engineering book, compute/accelerator/README.md
+# https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/compute/accelerator/README.md :
+# A100 SXM 271.2 TFLOPS (of 312), GH200 828.6, H100 SXM 794.5 ("H200 is the same"), B200 1745.0,
+# MI300X 668.4, MI325X 784.9, MI355X 1565.0; fp8: GH200 1535.0, H100 SXM 1402.6, H200 1453.4,
+# B200 3432.5. A data-sheet peak is not reachable (clocks fall under the power limit at full
+# load); a GPU the table does not list gets its peak x the median share of the table's NVIDIA rows
+# (bf16: A100 SXM and PCIe, GH200, H100, B200, B300, GB200 -> 0.803; fp8: GH200, H100, H200, B200,
+# B300, GB200 -> 0.740).
+MAMF_BF16 = {"A100-80GB": 271.2e12, "A100-40GB": 271.2e12, "GH200": 828.6e12, "H100-80GB": 794.5e12,
+             "H200": 794.5e12, "B200": 1745.0e12, "MI300X": 668.4e12, "MI325X": 784.9e12, "MI355X": 1565.0e12}
+MAMF_FP8 = {"GH200": 1535.0e12, "H100-80GB": 1402.6e12, "H200": 1453.4e12, "B200": 3432.5e12}
+MAMF_DEFAULT_SHARE = {"bf16": 0.803, "fp8": 0.740}
+
+
+def achievable_matmul_flops(gpu: GPU, fp8: bool) -> float:
+    """The GPU's measured achievable matmul FLOP/s at the linear layers' dtype (MAMF above)."""
+    table, peak, key = (MAMF_FP8, gpu.peak_fp8_flops, "fp8") if fp8 else (MAMF_BF16, gpu.peak_bf16_flops, "bf16")
+    return table.get(gpu.name, peak * MAMF_DEFAULT_SHARE[key])
+
+
+MIN_TILE_TOKENS = 16.0  # the M of the tensor cores' mma.sync.m16n8k16 instruction: no GEMM tile is smaller
+
+SHORT_WINDOW = 1024  # tokens: prefill attention of sliding windows up to this is charged per token (docstring)
+
+
+def _short_window(layer) -> bool:
+    return layer.kind == "sliding" and layer.window is not None and layer.window <= SHORT_WINDOW
+
+
 def _pair_dims(spec: ModelSpec, layer) -> int:
     """qk head dim + v head dim of one attention layer (MLA prefill runs in its expanded form)."""
     if layer.kind == "mla":
@@ -243,11 +329,14 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
     fp8 = fp8_compute(spec.raw, weights.scheme) and gpu.peak_fp8_flops > 0
     weight_only = weights.scheme != "none" and not fp8  # dequantized in the GEMM (fp8 too, without fp8 units)
     heads_per_gpu = max(spec.num_heads // tp, 1)
-    pair_flops = sum(2 * heads_per_gpu * _pair_dims(spec, layer)
-                     for layer in spec.layers if layer.kind in ("full", "sliding", "mla"))
+    attends = [mixer for layer in spec.layers for mixer in layer.mixers if mixer.kind in ("full", "sliding", "mla")]
+    pair_flops = sum(2 * heads_per_gpu * _pair_dims(spec, mixer) for mixer in attends if not _short_window(mixer))
+    window_flops = sum(2 * heads_per_gpu * _pair_dims(spec, mixer) * mixer.window
+                       for mixer in attends if _short_window(mixer))
     return StepModel(
         hbm_bytes_per_s=gpu.hbm_bytes_per_s,
         peak_flops=gpu.peak_fp8_flops if fp8 else gpu.peak_bf16_flops,
+        matmul_flops=achievable_matmul_flops(gpu, fp8),
         attention_flops=gpu.peak_bf16_flops,
         link_bytes_per_s=gpu.link_bytes_per_s or 32e9,
         tp=tp,
@@ -260,6 +349,7 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
         lm_head_flops_per_request=2.0 * lm_head_params / tp,
         kv_bytes_per_token=layout.bytes_per_token,
         attention_flops_per_pair=float(pair_flops),
+        window_flops_per_token=float(window_flops),
         hidden=spec.hidden_size,
         num_layers=len(spec.layers),
         enforce_eager=enforce_eager,
@@ -274,7 +364,12 @@ def step_report(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu:
     and one prefill chunk of `chunk` tokens starting at token 0, each broken into its terms,
     with the tokens/s they imply."""
     model = step_model(spec, layout, weights, gpu, tp, enforce_eager=enforce_eager)
-    decode = model.breakdown(tokens=batch, requests=batch, kv_read=batch * context, pairs=0)
+    # what the engine's step reads for one request at `context` tokens: sliding-window layers only
+    # their window (vLLM's hybrid KV cache manager), in tokens of every layer
+    per_token = [(g.bytes_per_token, g.tokens_held(context)) for g in layout.groups if g.bytes_per_token]
+    total = sum(b for b, _ in per_token)
+    read = sum(b * held for b, held in per_token) // total if total else context
+    decode = model.breakdown(tokens=batch, requests=batch, kv_read=batch * read, pairs=0)
     prefill = model.breakdown(tokens=chunk, requests=1, kv_read=0, pairs=prefill_pairs(chunk, 0))
     return {
         "model": spec.name, "gpu": gpu.name, "tp": tp, "batch": batch, "context": context, "chunk": chunk,
