@@ -124,3 +124,31 @@ def test_the_command_prints_the_answer_and_json(tmp_path, run_cli):
 def test_bad_options_are_one_line(extra, field, run_cli):
     code, out, err = run_cli("plan", MODEL, "--rate", "1", *extra)
     assert code == 2 and field in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_the_html_report_opens_in_headless_chromium(tmp_path, run_cli):
+    """The report's title, answer and chart are there when a browser renders it, with no console
+    errors (skipped where Debian's chromium is not installed)."""
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"prices": [{"gpu": "H100-80GB", "usd_per_gpu_hour": 2.5, "provider": "test",
+                                              "date": "2026-12-01", "source": "https://example.org/"}]}))
+    report = tmp_path / "report.html"
+    code, _, err = run_cli("plan", MODEL, "--rate", "12", "--prompt", "800", "--output", "100", "--count", "300",
+                           "--ttft-p99", "1", "--prices", str(prices), "--tp", "1,2", "--workers", "1",
+                           "--html", str(report), "--plot", str(tmp_path / "frontier.svg"))
+    assert code == 0, err
+    text = report.read_text()
+    assert "<script" not in text and "<link" not in text and 'src="' not in text  # nothing fetched
+    if browser is None:
+        pytest.skip("chromium is not installed")
+    run = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                          "--v=0", "--dump-dom", report.as_uri()], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    dom = run.stdout
+    assert f"<title>kvplan plan: {MODEL}</title>" in dom
+    assert 'id="frontier-chart"' in dom and "<svg" in dom and 'id="answer">Rent ' in dom
+    assert "CONSOLE" not in run.stderr and "Uncaught" not in run.stderr

@@ -31,6 +31,8 @@ def plan(
     prices: Annotated[Optional[Path], typer.Option(help="A price file replacing the shipped table (same JSON shape).")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Evaluations in parallel (default: every core).")] = None,
     csv: Annotated[Optional[Path], typer.Option(help="Write the ranked table as CSV.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Write the cost/latency chart (.png or .svg).")] = None,
+    html: Annotated[Optional[Path], typer.Option(help="Write a self-contained HTML report: the answer, the chart, the table, the assumptions.")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Find the cheapest deployment that serves a traffic within latency targets.
@@ -53,8 +55,14 @@ def plan(
     for name, value in (("--ttft-p99", ttft_p99), ("--tpot-p99", tpot_p99), ("--e2e-p99", e2e_p99)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UsageError(f"expected a positive number of seconds, got {value}", field=name)
-    if csv is not None:
-        check_writable(csv, "--csv")
+    from kvplan.report.files import distinct_outputs
+
+    for name, target in (("--csv", csv), ("--plot", plot), ("--html", html)):
+        if target is not None:
+            check_writable(target, name)
+    if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
+        raise UsageError(f"expected a .png or .svg file name, got {plot.name!r}", field="--plot")
+    distinct_outputs({"--csv": csv, "--plot": plot, "--html": html})
     table, meta = load_prices(prices, price)
     gpus = _gpus(gpu, table)
     tps = [_int(t, "--tp", 1, 64) for t in tp.split(",")]
@@ -72,11 +80,7 @@ def plan(
            "answer": results[0].to_dict() if results and results[0].feasible else None,
            "results": [r.to_dict() for r in results], "frontier": [e.config.label for e in front],
            "prices": {g: meta[g] for g in gpus if g in meta}}
-    if csv is not None:
-        from kvplan.report.files import atomic_write
-        from kvplan.report.plan_view import write_plan_csv
-
-        atomic_write(csv, lambda tmp: write_plan_csv(doc, tmp), field="--csv")
+    _write_files(doc, csv, plot, html)
     if json:
         from kvplan.report.output import emit_json
 
@@ -85,6 +89,25 @@ def plan(
         from kvplan.report.plan_view import render_plan
 
         render_plan(doc)
+
+
+def _write_files(doc: dict, csv: Optional[Path], plot: Optional[Path], html: Optional[Path]) -> None:
+    from kvplan.report.files import write_outputs
+
+    files = []
+    if csv is not None:
+        from kvplan.report.plan_view import write_plan_csv
+
+        files.append((csv, lambda tmp: write_plan_csv(doc, tmp), "--csv"))
+    if plot is not None:
+        from kvplan.report.plan_html import plot_frontier
+
+        files.append((plot, lambda tmp: plot_frontier(doc, tmp, fmt=plot.suffix.lower()[1:]), "--plot"))
+    if html is not None:
+        from kvplan.report.plan_html import render_html
+
+        files.append((html, lambda tmp: Path(tmp).write_text(render_html(doc), encoding="utf-8"), "--html"))
+    write_outputs(files)
 
 
 def vars_of(record) -> dict:

@@ -1,0 +1,104 @@
+"""The self-contained HTML report of `kvplan plan --html FILE`, and its chart (`--plot FILE`).
+
+One file, no scripts, no external resources: the answer, the frontier chart (an inline SVG drawn by
+matplotlib: cost per hour against p99 TTFT, every feasible configuration, the frontier joined),
+the ranked table, and the assumptions (traffic, targets, prices with their sources, the vLLM
+release the rules follow).
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from pathlib import Path
+
+from kvplan.report.plan_view import answer_sentence
+
+
+def plot_frontier(doc: dict, path: Path | io.StringIO, fmt: str | None = None) -> None:
+    """Cost per hour against p99 TTFT of every feasible configuration, the frontier joined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc["results"] if r["feasible"]]
+    by_label = {r["config"]["label"]: r for r in rows}
+    front = [by_label[label] for label in doc["frontier"]]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=100)
+    gpus = sorted({r["config"]["gpu"] for r in rows})
+    for i, gpu in enumerate(gpus):
+        mine = [r for r in rows if r["config"]["gpu"] == gpu]
+        ax.scatter([r["ttft_p99"] for r in mine], [r["cost_per_hour"] for r in mine], s=18,
+                   color=plt.cm.tab20(i % 20), label=gpu)
+    if front:
+        ax.plot([r["ttft_p99"] for r in front], [r["cost_per_hour"] for r in front], color="black",
+                linewidth=1.2, marker="o", markersize=9, markerfacecolor="none", label="frontier")
+    ax.set_xlabel("p99 TTFT at the rate per replica (s)")
+    ax.set_ylabel("cost ($/hour)")
+    t = doc["traffic"]
+    ax.set_title(f"{doc['model']}: {t['rate']:g} requests/s of {t['prompt']:,} + {t['output']:,} tokens",
+                 fontsize=10)
+    ax.grid(alpha=0.3)
+    if rows:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, format=fmt)
+    plt.close(fig)
+
+
+def _cell(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def render_html(doc: dict) -> str:
+    """The whole report as one HTML document."""
+    svg = io.StringIO()
+    plot_frontier(doc, svg, fmt="svg")
+    chart = svg.getvalue()
+    chart = chart[chart.index("<svg"):]  # drop the XML prolog: inline SVG
+    esc = html.escape
+    t, g = doc["traffic"], doc["targets"]
+    rows = []
+    for i, r in enumerate(doc["results"], 1):
+        c = r["config"]
+        if r["feasible"]:
+            cells = [str(i), esc(c["label"]), f"{r['replicas']:,}", f"{r['gpus']:,}", f"${r['cost_per_hour']:,.2f}",
+                     f"${r['cost_per_million_tokens']:,.3f}", f"{r['rate_per_replica']:.2f}",
+                     _cell(r["ttft_p99"], ".3f"), _cell(r["tpot_p99"] and 1e3 * r["tpot_p99"], ".1f")]
+        else:
+            cells = [str(i), esc(c["label"]), *["-"] * 6, esc(r["reason"] or "")]
+        rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
+    prices = "".join(
+        f"<li>{esc(gpu)}: ${row.get('usd_per_gpu_hour')}/GPU-hour, {esc(str(row.get('provider', '')))} "
+        f"({esc(str(row.get('date', '')))}) <a href=\"{esc(str(row.get('source', '')))}\">source</a></li>"
+        for gpu, row in sorted(doc.get("prices", {}).items()))
+    targets = ", ".join(f"{k.replace('_', ' ')} {v:g} s" for k, v in g.items() if v is not None) or "none"
+    head = ("#", "configuration", "replicas", "GPUs", "$/hour", "$/M output tokens", "req/s per replica",
+            "p99 TTFT s", "p99 TPOT ms")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>kvplan plan: {esc(doc['model'])}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 70em; color: #222; }}
+table {{ border-collapse: collapse; font-size: 0.9em; }} td, th {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }}
+td:nth-child(2), th:nth-child(2) {{ text-align: left; }} .answer {{ font-size: 1.15em; background: #eef5ee; padding: 0.8em; }}
+</style></head><body>
+<h1>kvplan plan: {esc(doc['model'])}</h1>
+<p class="answer" id="answer">{esc(answer_sentence(doc))}</p>
+<h2>Cost against latency</h2>
+<figure id="frontier-chart">{chart}</figure>
+<h2>Configurations, cheapest first</h2>
+<table id="ranked"><thead><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr></thead>
+<tbody>{''.join(rows)}</tbody></table>
+<h2>Assumptions</h2>
+<ul id="assumptions">
+<li>Traffic: {t['rate']:g} requests/s, Poisson arrivals, {t['prompt']:,} prompt and {t['output']:,} output tokens each;
+{t['count']:,} requests simulated per evaluation.</li>
+<li>Targets: {esc(targets)} (p99 over the simulated requests).</li>
+<li>Memory: vLLM's start-up profile as <code>kvplan size</code> computes it; a configuration vLLM would not start is left out.
+Serving: kvplan's serve engine with vLLM V1's scheduler defaults and its fitted step-time model.</li>
+<li>Prices (on-demand list prices; they go stale):<ul>{prices}</ul></li>
+</ul>
+</body></html>
+"""
