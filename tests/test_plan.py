@@ -152,3 +152,14 @@ def test_the_html_report_opens_in_headless_chromium(tmp_path, run_cli):
     assert f"<title>kvplan plan: {MODEL}</title>" in dom
     assert 'id="frontier-chart"' in dom and "<svg" in dom and 'id="answer">Rent ' in dom
     assert "CONSOLE" not in run.stderr and "Uncaught" not in run.stderr
+
+
+def test_ray_gives_the_rows_of_the_local_run(planned):
+    """On a local Ray instance of 2 CPUs (loopback only), the same rows in the same order."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    try:
+        on_ray = search(MODEL, TRAFFIC, TARGETS, SPACE, PRICES, workers=2, ray=True)
+    finally:
+        ray.shutdown()
+    assert [e.to_dict() for e in on_ray] == [e.to_dict() for e in planned]

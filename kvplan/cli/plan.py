@@ -30,6 +30,7 @@ def plan(
     price: Annotated[Optional[list[str]], typer.Option(help="Override a price: GPU=USD per GPU-hour (repeatable).")] = None,
     prices: Annotated[Optional[Path], typer.Option(help="A price file replacing the shipped table (same JSON shape).")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Evaluations in parallel (default: every core).")] = None,
+    ray: Annotated[bool, typer.Option("--ray", help="Run the evaluations on Ray (the cluster at RAY_ADDRESS, else a local instance); needs kvplan[ray].")] = False,
     csv: Annotated[Optional[Path], typer.Option(help="Write the ranked table as CSV.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write the cost/latency chart (.png or .svg).")] = None,
     html: Annotated[Optional[Path], typer.Option(help="Write a self-contained HTML report: the answer, the chart, the table, the assumptions.")] = None,
@@ -74,7 +75,8 @@ def plan(
         raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
     traffic, targets = Traffic(rate, p, o, count), Targets(ttft_p99, tpot_p99, e2e_p99)
     with _Progress(enabled=not json) as bar:
-        results = search(model, traffic, targets, configs, table, workers=n, progress=bar.update)
+        use_ray = ray or bool(os.environ.get("RAY_ADDRESS"))
+        results = search(model, traffic, targets, configs, table, workers=n, ray=use_ray, progress=bar.update)
     front = pareto(results)
     doc = {"model": model, "traffic": vars_of(traffic), "targets": vars_of(targets),
            "answer": results[0].to_dict() if results and results[0].feasible else None,

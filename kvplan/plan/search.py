@@ -157,12 +157,14 @@ def _evaluate_args(args) -> Evaluation:
 
 
 def search(model: str, traffic: Traffic, targets: Targets, configs: Sequence[Config],
-           prices: dict[str, float], *, workers: int = 1,
+           prices: dict[str, float], *, workers: int = 1, ray: bool = False,
            progress: Callable[[int, int], None] | None = None) -> list[Evaluation]:
-    """Every configuration evaluated (in a process pool when workers > 1), ranked."""
+    """Every configuration evaluated (in a process pool when workers > 1, or on Ray), ranked."""
     jobs = [(model, traffic, targets, c, prices.get(c.gpu)) for c in configs]
     results: list[Evaluation] = []
-    if workers <= 1 or len(jobs) <= 1:
+    if ray:
+        results = _on_ray(jobs, workers, progress)
+    elif workers <= 1 or len(jobs) <= 1:
         for i, job in enumerate(jobs):
             results.append(_evaluate_args(job))
             if progress:
@@ -174,6 +176,33 @@ def search(model: str, traffic: Traffic, targets: Targets, configs: Sequence[Con
                 if progress:
                     progress(i + 1, len(jobs))
     return rank(results)
+
+
+def _on_ray(jobs: list, workers: int, progress) -> list[Evaluation]:
+    """The evaluations as Ray tasks: on the cluster at RAY_ADDRESS (or one already initialised),
+    else on a local instance of `workers` CPUs. Results come back in the jobs' order."""
+    import os
+
+    try:
+        import ray
+    except ImportError:
+        from kvplan.errors import UsageError
+
+        raise UsageError("needs Ray: pip install 'kvplan[ray]'", field="--ray") from None
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    task = ray.remote(_evaluate_args)
+    pending = [task.remote(job) for job in jobs]
+    results = []
+    for i, ref in enumerate(pending):
+        results.append(ray.get(ref))
+        if progress:
+            progress(i + 1, len(jobs))
+    return results
 
 
 def rank(evaluations: Iterable[Evaluation]) -> list[Evaluation]:
