@@ -163,3 +163,24 @@ def test_ray_gives_the_rows_of_the_local_run(planned):
     finally:
         ray.shutdown()
     assert [e.to_dict() for e in on_ray] == [e.to_dict() for e in planned]
+
+
+@pytest.mark.parametrize("content,needle", [("{not json", "not JSON"), ('{"prices": 3}', '"prices" list'),
+                                            ('{"prices": [{"gpu": "H100-80GB", "usd_per_gpu_hour": "cheap"}]}', "price"),
+                                            ('{"prices": [{"gpu": "Nope", "usd_per_gpu_hour": 1}]}', "Nope")])
+def test_a_bad_price_file_is_one_line_naming_it(tmp_path, run_cli, content, needle):
+    prices = tmp_path / "prices.json"
+    prices.write_text(content)
+    code, out, err = run_cli("plan", MODEL, "--rate", "1", "--prices", str(prices))
+    assert code == 2 and str(prices) in err and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_shipped_prices_cite_a_source_and_date_per_row():
+    from kvplan.model.gpus import get_gpu
+    from kvplan.plan.prices import SHIPPED, read_price_file
+
+    prices, rows = read_price_file(SHIPPED)
+    assert len(prices) >= 8
+    for gpu, row in rows.items():
+        assert get_gpu(gpu).name == gpu
+        assert row["source"].startswith("https://") and len(row["date"]) == 10 and row["provider"]
