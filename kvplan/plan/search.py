@@ -108,7 +108,10 @@ def evaluate(model: str, traffic: Traffic, targets: Targets, config: Config,
         wl = load_text(text)
     except KvplanError as exc:
         return Evaluation(config, False, exc.message)
+    from kvplan.sim.inputs import make_setup
+
     spec = wl.allocators[0]
+    setup = make_setup(wl, spec)  # one clock for every rate: the step times do not depend on it
     base = wl.make_requests
     runs = 0
 
@@ -119,7 +122,7 @@ def evaluate(model: str, traffic: Traffic, targets: Targets, config: Config,
             make = lambda: (replace(c, arrival=c.arrival * 0.0) for c in base())  # noqa: E731
         else:  # the rate-1 Poisson draws scaled: the same requests, arriving 1 / rate as often
             make = lambda: (replace(c, arrival=c.arrival / rate) for c in base())  # noqa: E731
-        return simulate(replace(wl, make_requests=make), spec)
+        return simulate(replace(wl, make_requests=make), spec, setup=setup)
 
     saturated = at(None).throughput_rps
     lo, hi = saturated * LOW_FRACTION, saturated

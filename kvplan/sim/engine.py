@@ -215,14 +215,15 @@ class KernelState:
 def simulate(workload: Workload, allocator: AllocatorSpec, *,
              progress: Callable[[int, int], None] | None = None,
              record_requests: bool = False,
-             timeline_points: int = TIMELINE_POINTS) -> ServeResult:
+             timeline_points: int = TIMELINE_POINTS, setup: SimSetup | None = None) -> ServeResult:
     """Replay the workload's requests through one allocator, as a continuous-batching server would.
 
     `progress(completed, loaded)` is called now and then. `record_requests` keeps per-request
     columns in the result (`ServeResult.requests`). Raises WorkloadError for settings that could
-    never serve a request (see `inputs.make_setup`).
+    never serve a request (see `inputs.make_setup`). `setup`: make_setup(workload, allocator)
+    made already (a caller running one setup at many arrival rates saves building its clock).
     """
-    setup = make_setup(workload, allocator)
+    setup = make_setup(workload, allocator) if setup is None else setup
     state = KernelState(setup, timeline_points)
     for chunk in prepared_chunks(workload, setup):
         state.load(chunk)
