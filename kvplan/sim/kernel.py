@@ -33,7 +33,9 @@ nothing can change but token counts: every running request decodes, none finishe
 k - 1, no admission is possible (the head of the queue does not fit, and memory only shrinks
 while nobody finishes), no preemption is needed (the blocks the k steps take fit in the free
 pool), and no arrival could be admitted. Its time, integrals, blocks and timeline samples are
-summed in closed form, in integers, so they equal the step-by-step sums exactly.
+summed in closed form, in integers, so they equal the step-by-step sums exactly. With prefix
+caching, a block shared by several running requests counts once (SHARED); with vLLM's hybrid
+layer groups (cfg[HYBRID]) the run takes no jumps and steps one at a time.
 """
 
 from __future__ import annotations
