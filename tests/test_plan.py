@@ -184,3 +184,16 @@ def test_the_shipped_prices_cite_a_source_and_date_per_row():
     for gpu, row in rows.items():
         assert get_gpu(gpu).name == gpu
         assert row["source"].startswith("https://") and len(row["date"]) == 10 and row["provider"]
+
+
+def test_stopping_doomed_runs_early_changes_no_row(planned, monkeypatch):
+    """The early stop is only a shortcut: without it every row is the same."""
+    import kvplan.plan.search as S
+
+    monkeypatch.setattr(S, "_doomed", lambda *args: None)
+    full = search(MODEL, TRAFFIC, TARGETS, SPACE, PRICES)
+    assert [e.to_dict() for e in full] == [e.to_dict() for e in planned]
+    loose = Targets(ttft_p99=0.3, e2e_p99=6.0)  # E2E's rule too
+    monkeypatch.undo()
+    assert [e.to_dict() for e in search(MODEL, TRAFFIC, loose, SPACE, PRICES)] == \
+        [e.to_dict() for e in (monkeypatch.setattr(S, "_doomed", lambda *a: None) or search(MODEL, TRAFFIC, loose, SPACE, PRICES))]

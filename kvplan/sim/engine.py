@@ -215,19 +215,24 @@ class KernelState:
 def simulate(workload: Workload, allocator: AllocatorSpec, *,
              progress: Callable[[int, int], None] | None = None,
              record_requests: bool = False,
-             timeline_points: int = TIMELINE_POINTS, setup: SimSetup | None = None) -> ServeResult:
+             timeline_points: int = TIMELINE_POINTS, setup: SimSetup | None = None,
+             stop: Callable[["KernelState"], bool] | None = None) -> ServeResult | None:
     """Replay the workload's requests through one allocator, as a continuous-batching server would.
 
     `progress(completed, loaded)` is called now and then. `record_requests` keeps per-request
     columns in the result (`ServeResult.requests`). Raises WorkloadError for settings that could
     never serve a request (see `inputs.make_setup`). `setup`: make_setup(workload, allocator)
     made already (a caller running one setup at many arrival rates saves building its clock).
+    `stop(state)`, asked after each chunk of requests, ends the run early: simulate returns None
+    (a search that needs only a verdict stops once it is certain).
     """
     setup = make_setup(workload, allocator) if setup is None else setup
     state = KernelState(setup, timeline_points)
     for chunk in prepared_chunks(workload, setup):
         state.load(chunk)
         state.run(final=False, progress=progress)
+        if stop is not None and stop(state):
+            return None
     state.run(final=True, progress=progress)
     return build_result(state.raw(), setup, record_requests=record_requests)
 
