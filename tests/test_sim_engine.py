@@ -84,6 +84,17 @@ def as_json(result) -> str:
     return json.dumps([result.to_dict(), result.timeline.to_dict(), cols])
 
 
+def run_to_end(wl, spec):
+    """The fast engine's setup and final kernel state after the whole workload."""
+    setup = make_setup(wl, spec)
+    state = KernelState(setup)
+    for chunk in prepared_chunks(wl, setup):
+        state.load(chunk)
+        state.run(final=False)
+    state.run(final=True)
+    return setup, state
+
+
 def assert_engines_agree(wl, spec, points: int) -> None:
     """The fast engine and the step-by-step reference give the same result to the byte."""
     fast = simulate(wl, spec, record_requests=True, timeline_points=points)
@@ -107,12 +118,7 @@ def test_engine_equals_reference_on_random_larger_workloads(seed):
 def test_conservation(seed):
     """Breaks if a request is lost or finishes out of order, or memory leaks or is invented."""
     wl, spec, _ = random_workload(seed, big=seed % 2 == 1)
-    setup = make_setup(wl, spec)
-    state = KernelState(setup)
-    for chunk in prepared_chunks(wl, setup):
-        state.load(chunk)
-        state.run(final=False)
-    state.run(final=True)
+    setup, state = run_to_end(wl, spec)
     raw = state.raw()
     assert raw.finish.size == wl.num_requests == int(state.st[K.DONE])
     assert np.all(raw.arrival <= raw.admitted) and np.all(raw.admitted < raw.first_token)

@@ -14,7 +14,7 @@ from kvplan.sim.inputs import make_setup, prepared_chunks
 from kvplan.sim.reference import simulate_reference
 from kvplan.workload.records import (AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig,
                                      TimingConfig, Workload)
-from tests.test_sim_engine import as_json, assert_engines_agree, random_step_model
+from tests.test_sim_engine import as_json, assert_engines_agree, random_step_model, run_to_end
 
 
 def shared_prompts(rng, n: int, hash_block: int, mml: int):
@@ -103,13 +103,7 @@ def test_random_workloads_do_hit_evict_and_preempt():
 def test_prefix_cache_conservation(seed):
     """Every block comes back; every cached entry left is free and in the queue; the queue's
     anonymous and cached blocks add up to the free count."""
-    wl, spec, _ = random_prefix_workload(seed, big=seed % 2 == 1)
-    setup = make_setup(wl, spec)
-    state = KernelState(setup)
-    for chunk in prepared_chunks(wl, setup):
-        state.load(chunk)
-        state.run(final=False)
-    state.run(final=True)
+    setup, state = run_to_end(*random_prefix_workload(seed, big=seed % 2 == 1)[:2])
     st, ent = state.st, state.ents
     assert st[K.FREE_BLOCKS] == setup.num_blocks and st[K.SHARED] == 0
     queued, anon, e = 0, int(st[K.ANON_TAIL]), int(st[K.Q_HEAD])
@@ -332,12 +326,7 @@ def test_random_hybrid_workloads_release_preempt_and_hold_state():
         made = random_hybrid_workload(seed, big=seed % 4 == 3)
         if made is None:
             continue
-        wl, spec, _ = made
-        setup = make_setup(wl, spec)
-        ks = KernelState(setup)
-        for chunk in prepared_chunks(wl, setup):
-            ks.load(chunk)
-        ks.run(final=True)
+        setup, ks = run_to_end(*made[:2])
         released += bool((ks.req[:ks.loaded, K.SKIPPED] > 0).any())
         preempted += ks.st[K.PREEMPTIONS] > 0
         state += setup.hybrid.state > 0

@@ -74,9 +74,12 @@ def plan(
     if not 1 <= n <= 1024:
         raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
     traffic, targets = Traffic(rate, p, o, count), Targets(ttft_p99, tpot_p99, e2e_p99)
-    with _Progress(enabled=not json) as bar:
+    from kvplan.cli.progress import StderrBar
+
+    with StderrBar("planning", len(configs), enabled=not json) as bar:
         use_ray = ray or bool(os.environ.get("RAY_ADDRESS"))
-        results = search(model, traffic, targets, configs, table, workers=n, ray=use_ray, progress=bar.update)
+        results = search(model, traffic, targets, configs, table, workers=n, ray=use_ray,
+                         progress=lambda done, total: bar.update(done))
     front = pareto(results)
     doc = {"model": model, "traffic": vars_of(traffic), "targets": vars_of(targets),
            "answer": results[0].to_dict() if results and results[0].feasible else None,
@@ -141,33 +144,3 @@ def _gpus(text: Optional[str], prices: dict[str, float]) -> list[str]:
         except KvplanError as exc:
             raise UsageError(exc.message, field="--gpu") from None
     return out
-
-
-class _Progress:
-    """A rich progress bar with an ETA on stderr, on a terminal only."""
-
-    def __init__(self, enabled: bool) -> None:
-        import sys
-
-        self.enabled = enabled and sys.stderr.isatty()
-        self.bar = self.task = None
-
-    def __enter__(self) -> "_Progress":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-    def update(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(TextColumn("planning"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-            self.task = self.bar.add_task("plan", total=total)
-            self.bar.start()
-        self.bar.update(self.task, completed=done)

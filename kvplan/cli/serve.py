@@ -3,10 +3,9 @@ runs), the rate sweep if asked, then write the CSV and chart and report."""
 
 from __future__ import annotations
 
-import sys
-import time
 from pathlib import Path
 
+from kvplan.cli.progress import StderrBar
 from kvplan.errors import KvplanError
 from kvplan.experiments import with_block_sizes
 from kvplan.report.files import write_outputs
@@ -37,8 +36,7 @@ def simulate_serve(wl: Workload, *, json: bool, plot: Path | None, csv: Path | N
 def _run(wl: Workload, record: bool, rates, latency_bound: float, show_progress: bool):
     from kvplan.sim.engine import document_of, simulate_all
 
-    interactive = sys.stderr.isatty()  # on a pipe or in a log a bar is noise, and an error must be one line
-    with _Progress(wl.num_requests, len(wl.allocators), enabled=show_progress and interactive) as bar:
+    with _Progress(wl.num_requests, len(wl.allocators), enabled=show_progress) as bar:
         results = simulate_all(wl, progress_for=bar.callback, record_requests=record)
         doc = document_of(wl, results)
         if rates:
@@ -53,35 +51,13 @@ def _sweep(wl: Workload, rates: list[float], latency_bound: float) -> list[dict]
             for spec in wl.allocators]
 
 
-class _Progress:
-    """A rich progress bar on stderr, shown only on a terminal and once a run has taken more than
-    a second."""
+class _Progress(StderrBar):
+    """The bar over every allocator's run, shown once the runs have taken more than a second."""
 
     def __init__(self, per_run: int, runs: int, enabled: bool) -> None:
-        self.per_run, self.total, self.enabled = per_run, max(per_run * runs, 1), enabled
-        self.start = time.monotonic()
-        self.bar = self.task = None
-
-    def __enter__(self) -> "_Progress":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+        super().__init__("simulating", per_run * runs, enabled=enabled, delay_s=1.0)
+        self.per_run = per_run
 
     def callback(self, index: int):
         """The engine's progress(completed, loaded) hook for the index-th allocator's run."""
-
-        def report(completed: int, loaded: int) -> None:
-            if not self.enabled or time.monotonic() - self.start < 1.0:
-                return
-            if self.bar is None:
-                from rich.console import Console
-                from rich.progress import Progress
-
-                self.bar = Progress(console=Console(stderr=True), transient=True)
-                self.task = self.bar.add_task("simulating", total=self.total)
-                self.bar.start()
-            self.bar.update(self.task, completed=min(index * self.per_run + completed, self.total))
-
-        return report
+        return lambda completed, loaded: self.update(index * self.per_run + completed)
