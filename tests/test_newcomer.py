@@ -139,11 +139,16 @@ def test_a_serve_run_from_flags_alone(run_cli):
     assert code == 2 and "kvplan examples" in err
 
 
+
+def reads_at_80_columns(out: str) -> bool:
+    """No cell cut with an ellipsis, and no line wider than 80 columns."""
+    return "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+
 def test_serve_tables_never_cut_a_number_at_80_columns(run_cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     code, out, _ = run_cli("simulate", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-80GB",
                            "--count", "200")
-    assert code == 0 and "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    assert code == 0 and reads_at_80_columns(out)
     assert "TPOT ms" in out and "preempted" in out
 
 
@@ -178,7 +183,7 @@ def test_the_serve_plot_names_the_workload_and_shares_its_time_axis(tmp_path, mo
 def test_capacity_and_prefix_tables_fold_rather_than_cut_at_80_columns(run_cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     code, out, _ = run_cli("simulate", "lesson", "--block-sizes", "1-64")
-    assert code == 0 and "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    assert code == 0 and reads_at_80_columns(out)
     assert "utilization" in out and "129,887" in out
 
 
@@ -214,5 +219,5 @@ def test_a_rate_sweep_folds_at_80_columns(run_cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     code, out, _ = run_cli("simulate", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--count", "50",
                            "--rates", "1,2,4,8,16,32,64,128,256")
-    assert code == 0 and "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    assert code == 0 and reads_at_80_columns(out)
     assert "256/s" in out and "max rate under bound" in out
