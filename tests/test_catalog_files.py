@@ -104,6 +104,8 @@ FAMILY_KEYS: dict[str, list] = {
     "olmo2": _GQA,
     "olmoe": [*_GQA, "num_experts", "num_experts_per_tok"],
     "granite": _GQA,
+    "cohere2": [*_GQA, "sliding_window", ("sliding_window_pattern", "layer_types")],
+    "granitemoehybrid": [*_GQA, "layer_types", "num_local_experts", "shared_intermediate_size"],
     "smollm3": _GQA,
     "minimax_m2": [*_GQA, "head_dim", "num_local_experts", "num_experts_per_tok"],
 }
@@ -199,7 +201,10 @@ def test_entry_values_are_consistent(hub_id):
 
     if "layer_types" in text:
         assert len(text["layer_types"]) == layers
-        assert set(text["layer_types"]) <= {"sliding_attention", "full_attention"}
+        if text.get("model_type") == "granitemoehybrid":  # each layer's mixer, as the Granite 4.0 hub files name it
+            assert set(text["layer_types"]) <= {"mamba", "attention"} and "attention" in text["layer_types"]
+        else:
+            assert set(text["layer_types"]) <= {"sliding_attention", "full_attention"}
     if "block_configs" in text:
         assert len(text["block_configs"]) == layers
         attending = [b for b in text["block_configs"] if not b["attention"]["no_op"]]

@@ -248,3 +248,144 @@ def test_smollm3_gqa_and_tied_embeddings():
     hidden = 2048
     expected = 128256 * hidden + 36 * (hidden * 128 * (2 * 16 + 2 * 4) + 3 * hidden * 11008)
     assert estimate_weights(spec).params == expected
+
+
+# ------------------------------------------------------------------ Cohere2 (Command R7B, Command A): 3 sliding : 1 global
+
+
+def test_command_r7b_three_sliding_layers_to_one_global():
+    """Cohere2: sliding_window_pattern 4 makes layers 4, 8, ... global (no positional embedding) and the other
+    three of every four keep a 4096-token window; 32 layers of 8 KV heads x 128."""
+    spec = load_spec("CohereForAI/c4ai-command-r7b-12-2024")
+    kinds = [layer.kind for layer in spec.layers]
+    assert kinds == ["sliding", "sliding", "sliding", "full"] * 8
+    assert {layer.window for layer in spec.layers if layer.kind == "sliding"} == {4096}
+    layout = build_layout(spec)
+    per_layer = 2 * 8 * 128 * BF16
+    assert layout.bytes_per_token == 32 * per_layer == 131_072
+    assert layout.kv_bytes(8192) == 8 * per_layer * 8192 + 24 * per_layer * 4096  # the window caps 24 layers
+    hidden = 4096
+    expected = 256000 * hidden + 32 * (hidden * 128 * (2 * 32 + 2 * 8) + 3 * hidden * 14336)  # tied embeddings
+    assert estimate_weights(spec).params == expected == 8_027_897_856
+
+
+def test_command_a_layout_and_vllm_groups():
+    spec = load_spec("CohereForAI/c4ai-command-a-03-2025")
+    groups = _groups(build_layout(spec))
+    assert (groups["sliding"].num_layers, groups["full"].num_layers) == (48, 16)
+    hidden = 12288
+    assert estimate_weights(spec).params == 256000 * hidden + 64 * (hidden * 128 * (2 * 96 + 2 * 8) + 3 * hidden * 36864)
+    kv = kv_groups(build_layout(spec), block_size=16)
+    # 48 sliding and 16 full layers: groups of 16, three of the window and one full
+    assert kv.group_size == 16
+    assert sorted((k.kind, k.num_groups) for k in kv.kinds) == [("full", 1), ("sliding", 3)]
+
+
+def test_cohere2_spellings_and_defaults():
+    """transformers 5 writes the pattern back as layer_types; Cohere2Config defaults the pattern to 4 and the
+    window to 4096, and computes head_dim as hidden / heads whatever the file says."""
+    raw = {k: v for k, v in load_spec("CohereForAI/c4ai-command-r7b-12-2024").raw.items() if k != "_kvplan_source"}
+    reference = build_layout(_spec(raw)).groups
+    written_back = {k: v for k, v in raw.items() if k != "sliding_window_pattern"}
+    written_back["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(32)]
+    assert build_layout(_spec(written_back)).groups == reference
+    bare = {k: v for k, v in raw.items() if k not in ("sliding_window_pattern", "sliding_window", "head_dim")}
+    assert build_layout(_spec(bare)).groups == reference
+    assert build_layout(_spec({**raw, "head_dim": 64})).groups == reference
+
+
+# ------------------------------------------------------------------ Granite 4.0: Mamba2 and attention layers, MoE + shared MLP
+
+# Granite-4.0-H-Small (catalog entry): 40 layers, attention at 5, 15, 25, 35; Mamba2 of 128 heads x 64, state 128.
+G4_MAMBA_ELEMS = (4 - 1) * (8192 + 2 * 1 * 128) + 128 * 64 * 128
+
+
+def test_granite_h_small_attention_on_four_layers_and_mamba2_state():
+    spec = load_spec("ibm-granite/granite-4.0-h-small")
+    attention = [i for i, layer in enumerate(spec.layers) if layer.kind == "full"]
+    assert attention == [5, 15, 25, 35]
+    assert all(layer.kind == "state" for i, layer in enumerate(spec.layers) if i not in attention)
+    layout = build_layout(spec)
+    assert layout.bytes_per_token == 4 * 2 * 8 * 128 * BF16 == 16_384
+    assert G4_MAMBA_ELEMS == 1_073_920
+    assert layout.state_bytes == 36 * G4_MAMBA_ELEMS * BF16 == 77_322_240
+
+
+def test_granite_h_small_parameters():
+    hidden, vocab = 4096, 100352
+    attention = 4 * hidden * 128 * (2 * 32 + 2 * 8)
+    d_inner = 2 * hidden
+    mamba = 36 * (hidden * (d_inner + (d_inner + 2 * 128) + 128) + d_inner * hidden)  # in_proj (z, xBC, dt), out_proj
+    experts = 40 * 72 * 3 * hidden * 768
+    shared = 40 * 3 * hidden * 1536  # the gated shared MLP beside the experts, on every layer
+    router = 40 * hidden * 72
+    weights = estimate_weights(load_spec("ibm-granite/granite-4.0-h-small"))
+    assert weights.params == vocab * hidden + attention + mamba + experts + shared + router  # tied embeddings
+    assert weights.active_params == weights.params - experts + 40 * 10 * 3 * hidden * 768
+    parts = {kind: params for kind, params, _ in weights.components}
+    assert parts["state"] == mamba and parts["experts"] == experts and parts["mlp"] == shared
+
+
+def test_granite_h_small_vllm_kv_groups():
+    """4 attention and 36 Mamba layers: groups of 4 (one attention group, nine Mamba groups); the attention
+    block grows to the fewest multiple of 16 tokens whose page holds one layer's Mamba state."""
+    kv = kv_groups(build_layout(load_spec("ibm-granite/granite-4.0-h-small")), block_size=16)
+    per_token_layer = 2 * 8 * 128 * BF16
+    block = 16 * -(-(G4_MAMBA_ELEMS * BF16) // (16 * per_token_layer))
+    assert block == 528
+    assert kv.group_size == 4 and kv.attention_block_size == block
+    assert sorted((k.kind, k.num_groups) for k in kv.kinds) == [("full", 1), ("state", 9)]
+
+
+def test_granite_dense_variants():
+    micro_h = load_spec("ibm-granite/granite-4.0-h-micro")
+    hidden = 2048
+    mamba = 36 * (hidden * (4096 + (4096 + 256) + 64) + 4096 * hidden)
+    expected = 100352 * hidden + 4 * hidden * 64 * (2 * 32 + 2 * 8) + mamba + 40 * 3 * hidden * 8192
+    assert estimate_weights(micro_h).params == expected
+    micro = load_spec("ibm-granite/granite-4.0-micro")  # the same class, every layer attention
+    assert [layer.kind for layer in micro.layers] == ["full"] * 40
+    assert build_layout(micro).bytes_per_token == 40 * 2 * 8 * 64 * BF16 == 81_920
+    hidden = 2560
+    assert estimate_weights(micro).params == 100352 * hidden + 40 * (hidden * 64 * (2 * 40 + 2 * 8) + 3 * hidden * 8192)
+
+
+def test_granite_layer_type_spellings():
+    """transformers 5 writes the hub's "mamba" / "attention" back as "linear_attention" / "full_attention"; both
+    read the same. Absent, every layer is Mamba2 (GraniteMoeHybridConfig's default)."""
+    raw = {k: v for k, v in load_spec("ibm-granite/granite-4.0-h-tiny").raw.items() if k != "_kvplan_source"}
+    renamed = {"mamba": "linear_attention", "attention": "full_attention"}
+    written_back = {**raw, "layer_types": [renamed[t] for t in raw["layer_types"]]}
+    assert build_layout(_spec(written_back)).groups == build_layout(_spec(raw)).groups
+    assert {layer.kind for layer in _spec({k: v for k, v in raw.items() if k != "layer_types"}).layers} == {"state"}
+    with pytest.raises(ConfigError, match="layer_types"):
+        _spec({**raw, "layer_types": ["mamba", "moe"] * 20})
+    with pytest.raises(ConfigError, match="mamba_d_head"):
+        _spec({**raw, "mamba_d_head": 32})
+
+
+# ------------------------------------------------------------------ the new families against transformers' own modules
+
+CROSSCHECKED = [
+    "CohereForAI/c4ai-command-r7b-12-2024", "CohereForAI/c4ai-command-a-03-2025", "ibm-granite/granite-4.0-h-small",
+    "ibm-granite/granite-4.0-h-tiny", "ibm-granite/granite-4.0-h-micro", "ibm-granite/granite-4.0-micro",
+]
+
+
+@pytest.mark.parametrize("hub_id", CROSSCHECKED)
+def test_catalog_entry_matches_transformers_on_the_meta_device(hub_id):
+    """transformers builds the model from the catalog entry without weights; its parameter count (kvplan leaves out
+    norms, biases, the Mamba conv1d, A, D and dt_bias, well under 0.1%) and its layer types agree with kvplan's."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    spec = load_spec(hub_id)
+    raw = {k: v for k, v in spec.raw.items() if k not in ("_kvplan_source", "model_type")}
+    cfg = transformers.AutoConfig.for_model(spec.model_type, **raw)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    hf_params = sum(p.numel() for p in model.parameters())
+    assert abs(estimate_weights(spec).params / hf_params - 1) < 1e-3
+    kind = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "state"}
+    assert [kind[t] for t in cfg.layer_types] == [layer.kind for layer in spec.layers]
+    if spec.model_type == "cohere2":
+        assert cfg.sliding_window == 4096 and cfg.head_dim == spec.layers[0].head_dim

@@ -187,8 +187,10 @@ def read_model(raw: dict[str, Any], name: str, source: str) -> ModelSpec:
 
 def _ties_by_default(model_type: str) -> bool:
     # transformers' PretrainedConfig defaults tie_word_embeddings to True; these families untie
-    # their own defaults in their config classes.
-    return model_type not in {"llama", "mistral", "mixtral", "qwen3_next", "deepseek_v3"}
+    # their own defaults in their config classes (GraniteConfig, GraniteMoe*Config and
+    # FalconH1Config default it to False; the Granite checkpoints set it to true).
+    return model_type not in {"llama", "mistral", "mixtral", "qwen3_next", "deepseek_v3", "granite", "granitemoe",
+                              "granitemoeshared", "granitemoehybrid", "falcon_h1"}
 
 
 def _dtype(cfg: ConfigReader, top: ConfigReader) -> tuple[str, str]:
@@ -232,8 +234,10 @@ def _num_kv_heads(cfg: ConfigReader, model_type: str, heads: int) -> int:
     return heads
 
 
-def _head_dim(cfg: ConfigReader, hidden: int, heads: int) -> int:
-    explicit = cfg.opt_int("head_dim", "kv_channels", "attention_head_dim")
+def _head_dim(cfg: ConfigReader, model_type: str, hidden: int, heads: int) -> int:
+    # Cohere2Config sets head_dim = hidden / heads whatever the file says, and vLLM's
+    # CohereAttention computes it the same way.
+    explicit = None if model_type == "cohere2" else cfg.opt_int("head_dim", "kv_channels", "attention_head_dim")
     if explicit is not None:
         return explicit
     if hidden % heads:
@@ -251,7 +255,7 @@ def _layers(
     if cfg.has("kv_lora_rank"):
         return _mla_layers(cfg, num_layers)
     kv_heads = _num_kv_heads(cfg, model_type, heads)
-    head_dim = _head_dim(cfg, hidden, heads)
+    head_dim = _head_dim(cfg, model_type, hidden, heads)
     full = LayerSpec("full", kv_heads, head_dim, head_dim)
     if model_type == "nemotron-nas" or cfg.has("block_configs"):
         return _block_config_layers(cfg, heads, head_dim, num_layers)
@@ -261,6 +265,8 @@ def _layers(
         return _jamba_layers(cfg, full, hidden, num_layers)
     if model_type == "falcon_h1":
         return _falcon_h1_layers(cfg, full, hidden, num_layers)
+    if model_type == "granitemoehybrid":
+        return _granite_hybrid_layers(cfg, full, hidden, num_layers)
     if cfg.has("attn_type_list"):  # MiniMax-Text-01 / M1 / M2 (remote code): 0 = lightning, 1 = softmax
         return _minimax_layers(cfg, full, heads, head_dim, num_layers)
     types = _layer_types(cfg, model_type, num_layers)
@@ -297,6 +303,9 @@ def _layer_types(cfg: ConfigReader, model_type: str, num_layers: int) -> list[st
     if cfg.has("sliding_window_pattern"):  # Gemma 3: every Nth layer is global
         every = cfg.int("sliding_window_pattern")
         return ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(num_layers)]
+    if model_type == "cohere2":  # Cohere2Config: sliding_window_pattern (default 4), every Nth layer global
+        every = cfg.int("sliding_window_pattern", "_sliding_window_pattern", default=4)
+        return ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(num_layers)]
     if model_type == "gemma2":  # Gemma 2 alternates, sliding first
         return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
     if cfg.has("attention_chunk_size"):  # Llama 4: RoPE layers attend within chunks
@@ -320,6 +329,8 @@ def _windows(cfg: ConfigReader, model_type: str, context: int) -> dict[str, int 
     sliding = None
     if cfg.has("sliding_window") and cfg.bool("use_sliding_window", default=_window_on_by_default(model_type)):
         sliding = cfg.int("sliding_window")
+    elif model_type == "cohere2" and "sliding_window" not in cfg.raw:
+        sliding = 4096  # Cohere2Config's default window
     chunk = cfg.opt_int("attention_chunk_size")
     out: dict[str, int | None] = {}
     for kind, window in (("sliding_attention", sliding), ("chunked_attention", chunk)):
@@ -408,9 +419,11 @@ class Mamba2Shape:
 
 
 def mamba2_shape(cfg: ConfigReader, model_type: str, hidden: int) -> Mamba2Shape:
-    """The Mamba2 mixer of a Nemotron-H or a Falcon-H1 config, under the family's key names."""
+    """The Mamba2 mixer of a Nemotron-H, Falcon-H1 or Granite 4.0 config, under the family's key names."""
     if model_type == "falcon_h1":
         return _falcon_h1_mamba(cfg, hidden)
+    if model_type == "granitemoehybrid":
+        return _granite_mamba(cfg, hidden)
     return Mamba2Shape(n_heads=cfg.int("mamba_num_heads"), d_head=cfg.int("mamba_head_dim"),
                        d_state=cfg.int("ssm_state_size"), n_groups=cfg.int("n_groups", default=1),
                        conv_kernel=cfg.int("conv_kernel", default=4))
@@ -445,6 +458,53 @@ def _falcon_h1_layers(cfg: ConfigReader, full: LayerSpec, hidden: int, num_layer
     "hybrid" for every layer; vLLM's FalconH1ParallelHybrid), so each layer keeps per-token K/V
     and a per-sequence Mamba2 state. The legacy `attn_layer_indices` key is not read by either."""
     return [replace(full, parallel=_falcon_h1_mamba(cfg, hidden).layer())] * num_layers
+
+
+def _granite_mamba(cfg: ConfigReader, hidden: int) -> Mamba2Shape:
+    """Granite 4.0's Mamba2 mixer, with the defaults of transformers' GraniteMoeHybridConfig
+    (models/granitemoehybrid/configuration_granitemoehybrid.py) as GraniteMoeHybridMambaLayer and
+    vLLM's GraniteMoeHybridMambaDecoderLayer read them: width `mamba_expand` (2) x hidden, split into
+    `mamba_n_heads` (128) heads of `mamba_d_head` ("auto": width / heads), `mamba_n_groups` (1)
+    groups of `mamba_d_state` (256), a `mamba_d_conv` (4) wide convolution. The config class
+    requires heads x d_head = width."""
+    width = cfg.int("mamba_expand", default=2) * hidden
+    n_heads = cfg.int("mamba_n_heads", default=128)
+    d_head_raw = cfg.raw.get("mamba_d_head", "auto")
+    d_head = width // n_heads if d_head_raw in ("auto", None) else cfg.int("mamba_d_head")
+    if n_heads * d_head != width:
+        raise ConfigError(f"{n_heads} heads x {d_head} do not make the Mamba width {width} (mamba_expand x hidden)",
+                          file=cfg.source, field="mamba_d_head")
+    return Mamba2Shape(n_heads=n_heads, d_head=d_head, d_state=cfg.int("mamba_d_state", default=256),
+                       n_groups=cfg.int("mamba_n_groups", default=1), conv_kernel=cfg.int("mamba_d_conv", default=4))
+
+
+GRANITE_ATTENTION = ("attention", "full_attention")
+GRANITE_MAMBA = ("mamba", "linear_attention")
+
+
+def _granite_hybrid_layers(cfg: ConfigReader, full: LayerSpec, hidden: int, num_layers: int) -> list[LayerSpec]:
+    """Granite 4.0 (granitemoehybrid): each layer's token mixer is attention or Mamba2, as
+    `layer_types` (alias `layers_block_type`) lists it: "attention" / "mamba" in the hub files,
+    "full_attention" / "linear_attention" as transformers 5 writes them back; absent, every layer
+    is Mamba2 (GraniteMoeHybridConfig's default). The MLP or MoE after the mixer keeps nothing.
+    A list of attention layers only is Granite-4.0-Micro, a plain transformer."""
+    types = cfg.raw.get("layer_types", cfg.raw.get("layers_block_type"))
+    if types is None:
+        types = ["mamba"] * num_layers
+    if not isinstance(types, list) or len(types) != num_layers:
+        raise ConfigError(f"expected a list of {num_layers} layer types", file=cfg.source, field="layer_types")
+    mamba = None
+    layers = []
+    for i, kind in enumerate(types):
+        if kind in GRANITE_ATTENTION:
+            layers.append(full)
+        elif kind in GRANITE_MAMBA:
+            mamba = mamba or _granite_mamba(cfg, hidden).layer()
+            layers.append(mamba)
+        else:
+            raise ConfigError(f"unknown layer type {kind!r} at layer {i}; expected attention or mamba",
+                              file=cfg.source, field="layer_types")
+    return layers
 
 
 def _jamba_layers(cfg: ConfigReader, full: LayerSpec, hidden: int, num_layers: int) -> list[LayerSpec]:

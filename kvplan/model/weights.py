@@ -116,7 +116,7 @@ def _state_params(spec: ModelSpec, cfg: ConfigReader) -> int:
         key_dim = cfg.int("linear_num_key_heads") * cfg.int("linear_key_head_dim")
         value_dim = v_heads * cfg.int("linear_value_head_dim")
         return hidden * (2 * key_dim + 2 * value_dim + 2 * v_heads) + value_dim * hidden
-    if cfg.has("mamba_num_heads") or spec.model_type == "falcon_h1":  # Mamba2: in_proj and out_proj
+    if cfg.has("mamba_num_heads") or spec.model_type in ("falcon_h1", "granitemoehybrid"):  # Mamba2: in_proj, out_proj
         shape = mamba2_shape(cfg, spec.model_type, hidden)
         return hidden * shape.in_proj_width + shape.d_inner * hidden
     d_inner = cfg.int("mamba_expand", default=2) * hidden  # Mamba1
@@ -130,7 +130,7 @@ def _mlp_params(spec: ModelSpec, cfg: ConfigReader) -> tuple[int, int, int, int]
     params) summed over layers."""
     hidden, n = spec.hidden_size, len(spec.layers)
     experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", default=0, positive=False)
-    top_k = cfg.int("num_experts_per_tok", "experts_per_token", default=1)
+    top_k = cfg.int("num_experts_per_tok", "experts_per_token", default=1, positive=False)  # 0 in dense Granite 4.0
     mult = 2 if spec.model_type in NON_GATED else 3
     if "block_configs" in spec.raw:
         return sum(_nas_ffn(cfg, hidden, i) for i in range(n)), 0, 0, 0
@@ -151,6 +151,8 @@ def _mlp_params(spec: ModelSpec, cfg: ConfigReader) -> tuple[int, int, int, int]
 
 
 def _dense_intermediate(spec: ModelSpec, cfg: ConfigReader) -> int:
+    if spec.model_type == "granitemoehybrid":  # the "shared" MLP is the whole MLP of a dense Granite 4.0
+        return cfg.int("shared_intermediate_size", default=1024)
     if any(cfg.has(k) for k in DENSE_KEYS):
         return cfg.int(*DENSE_KEYS)
     if spec.model_type == "mpt":
@@ -179,6 +181,9 @@ def _shared_expert_size(cfg: ConfigReader, expert_size: int) -> int:
         return cfg.int("n_shared_experts", positive=False) * expert_size
     if cfg.has("shared_expert_intermediate_size"):
         return cfg.int("shared_expert_intermediate_size", positive=False)
+    if cfg.has("shared_intermediate_size") or cfg.raw.get("model_type") == "granitemoehybrid":
+        # GraniteMoeShared / GraniteMoeHybrid: one gated shared MLP beside the experts (default 1024)
+        return cfg.int("shared_intermediate_size", default=1024, positive=False)
     if cfg.raw.get("model_type") == "llama4_text":
         return cfg.int("intermediate_size")
     return 0
