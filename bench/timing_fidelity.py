@@ -27,8 +27,12 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
   benchmark clients filter ShareGPT (prompt <= 1024, prompt + output <= 2048, both >= 4 tokens),
   with the means the measurement's own totals imply (input = (total - output tokens/s) /
   requests/s, output = output tokens/s / requests/s), else 215 in / 194 out (the gpustack ShareGPT
-  runs' means). A random dataset without --ignore-eos stops at the mean its totals imply; one whose
-  lengths the source does not print has the lengths its totals imply.
+  runs' means). A random dataset without --ignore-eos stops at the mean its totals imply (output
+  tokens/s over requests/s, which needs no total); one whose lengths the source does not print has
+  the lengths its totals imply.
+- Prefix caching: on in vLLM V1 and SGLang (their defaults), off in vLLM V0; every prompt's blocks
+  are its own (benchmark prompts share no prefix), so what it changes is preemption: a request
+  preempted by recompute finds its freed prompt blocks still cached when it comes back.
 - vLLM V0's multi-step scheduling (--num-scheduler-steps k) admits new requests only between windows
   of k decode steps: TTFT + (k - 1) / 2 x the predicted TPOT.
 - Runs with expert parallelism or attention data parallelism are skipped (kvplan splits experts by
@@ -65,6 +69,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CORPUS = ROOT / "tests" / "data" / "step_time_measurements.yaml"
 SHAREGPT_MEANS = (215, 194)
+HASH_BLOCK = 16  # tokens per prefix-cache hash id (vLLM's block size)
 SIGMA = 1.0
 MAX_REQUESTS = 6000
 CLOSED_LOOP_ROUNDS = 50  # fixed-point rounds of a closed loop at most (it settles well before)
@@ -101,11 +106,12 @@ def _spec_and_quant(model: str, quantization: str | None):
 
 def implied_means(measured: dict) -> tuple[float | None, float | None]:
     """Mean input and output lengths a run's own totals imply: (total - output tokens/s) and output
-    tokens/s over requests/s; (None, None) when it does not print all three."""
+    tokens/s over requests/s; None for a mean whose totals the run does not print (the output mean
+    needs only output tokens/s and requests/s)."""
     total, out, rps = (measured.get(k) for k in ("total_tokens_per_s", "output_tokens_per_s", "requests_per_s"))
-    if not (total and out and rps):
+    if not (out and rps):
         return None, None
-    return (total - out) / rps, out / rps
+    return ((total - out) / rps if total else None), out / rps
 
 
 def sharegpt_lengths(rng, n: int, mean_in: float, mean_out: float) -> tuple[np.ndarray, np.ndarray]:
@@ -219,6 +225,11 @@ def engine_limits(entry: dict, spec, weights, layout, gpu, tp: int, mml: int):
     return tokens, seqs, chunked, fraction
 
 
+def reserve_whole(entry: dict) -> bool:
+    """TensorRT-LLM's capacity scheduler (GUARANTEED_NO_EVICT) reserves a request's whole KV."""
+    return str(entry["engine"]) == "tensorrt-llm"
+
+
 def build_case(entry: dict, constants=None, factors=None):
     """(workload, allocator, what to compare) for one measurement, or None when it cannot be run."""
     from kvplan.model.build import build_layout
@@ -285,18 +296,31 @@ def build_case(entry: dict, constants=None, factors=None):
     rate = setup.get("request_rate")
     concurrency = setup.get("max_concurrency")
     arrival = np.cumsum(rng.exponential(1 / rate, n)) if rate and not concurrency else np.zeros(n)
-    sched = SchedulerConfig(int(seqs), int(max(tokens, seqs)), int(mml), chunked, "recompute", 0, True)
+    # automatic prefix caching: on by default in vLLM V1 (enable_prefix_caching, from 0.8 and with
+    # VLLM_USE_V1) and SGLang (its radix cache), off in vLLM V0. The benchmark prompts share no
+    # prefix (ShareGPT conversations, random token ids), so each request's prompt blocks are its
+    # own (unique hash ids); what caching changes is preemption: a request preempted by recompute
+    # frees blocks that stay cached until reused, so its re-prefill finds them (vLLM's
+    # KVCacheManager.get_computed_blocks) instead of recomputing the whole prompt.
+    caching = runtime(entry) in ("vllm", "sglang") and not reserve_whole(entry)
+    sched = SchedulerConfig(int(seqs), int(max(tokens, seqs)), int(mml), chunked, "recompute", 0, True, caching)
     # TensorRT-LLM's capacity scheduler (GUARANTEED_NO_EVICT, its default) admits a request only
     # when the KV of its whole prompt + max_tokens can be reserved: an exact reservation (kvplan's
     # contiguous "oracle"); vLLM and SGLang allocate as tokens come and preempt when full (paged)
-    reserve = str(entry["engine"]) == "tensorrt-llm"
+    reserve = reserve_whole(entry)
     alloc = AllocatorSpec("contiguous", policy="oracle", max_len=int(mml)) if reserve else AllocatorSpec(
         "paged", block_size=16)
+
+    hash_ids = None
+    if caching:  # unique ids: request j's full prompt blocks are nobody else's
+        starts = np.concatenate([[0], np.cumsum(prompt // HASH_BLOCK)])
+        hash_ids = [tuple(range(int(a), int(b))) for a, b in zip(starts[:-1], starts[1:])]
 
     def workload(times, max_num_seqs=None):
         s = sched if max_num_seqs is None else replace(sched, max_num_seqs=min(max_num_seqs, sched.max_num_seqs))
         return Workload(entry["id"], str(CORPUS), 0, "serve", n, PoolSpec(int(slots), layout.bytes_per_token),
-                        (alloc,), s, timing, lambda: iter([RequestChunk(times, prompt, output)]),
+                        (alloc,), s, timing,
+                        lambda: iter([RequestChunk(times, prompt, output, hash_ids, HASH_BLOCK if caching else 0)]),
                         layout=layout)  # the layout: vLLM's hybrid KV cache manager for windowed models
 
     return workload, arrival, alloc, int(concurrency or 0)

@@ -42,7 +42,8 @@ one token per decoding request). Its time is the sum of the kernels it runs one 
   Llama 4's 8,192-token chunks) are charged like full attention, exact while a context is inside
   the window. (Exact pairs per layer group need the engine to pass them per group.)
 - allreduce(n): 2 per layer, each ALLREDUCE_LATENCY_S + 2 (tp - 1) / tp x n x hidden x 2 B over
-  the GPU's link (NVLink on SXM parts, PCIe on L4/L40S/A10G) at LINK_EFFICIENCY of its figure.
+  the GPU's link (NVLink on SXM parts, PCIe on L4/L40S/A10G) at LINK_EFFICIENCY of its figure on
+  NVLink, PCIE_NCCL_SHARE of it on PCIe (NCCL's own rating of a PCIe link; see there).
 - overhead: STEP_OVERHEAD_S a step with CUDA graphs (scheduling, input preparation, sampling
   launch), plus EAGER_OVERHEAD_PER_LAYER_S per layer with --enforce-eager (kernel launches);
   per_request: REQUEST_OVERHEAD_S (sampling and output processing per scheduled request).
@@ -150,6 +151,7 @@ class StepModel:
     weight_only: bool = False  # weight-only quantized linear layers (dequantized in the GEMM)
     constants: StepConstants = CONSTANTS
     matmul_flops: float = 0.0  # the GPU's measured achievable matmul FLOP/s (MAMF) at that dtype; 0: peak_flops
+    pcie_link: bool = False  # the GPUs talk over PCIe (no NVLink): all-reduces are NCCL rings through the host
 
     def with_constants(self, constants: StepConstants) -> "StepModel":
         return replace(self, constants=constants)
@@ -202,7 +204,8 @@ class StepModel:
             return 0.0
         c = self.constants
         data = 2 * (self.tp - 1) / self.tp * tokens * self.hidden * 2
-        return 2 * self.num_layers * (c.allreduce_latency_s + data / (self.link_bytes_per_s * c.link_efficiency))
+        share = PCIE_NCCL_SHARE if self.pcie_link else c.link_efficiency
+        return 2 * self.num_layers * (c.allreduce_latency_s + data / (self.link_bytes_per_s * share))
 
     def window_attention_s(self, tokens: int) -> float:
         """Short-window layers' attention FLOPs of `tokens` tokens (each attends to `window` others)."""
@@ -296,6 +299,19 @@ def achievable_matmul_flops(gpu: GPU, fp8: bool) -> float:
     return table.get(gpu.name, peak * MAMF_DEFAULT_SHARE[key])
 
 
+# PCIe-connected GPUs (L4, L40S, A10G, RTX 4090/5090, H100 PCIe without bridges): vLLM's custom
+# all-reduce needs NVLink for more than two GPUs (custom_all_reduce.py: "not supported on more than two
+# PCIe-only GPUs") and TensorRT-LLM's likewise falls back to NCCL, whose ring crosses the PCIe switch or
+# the CPU's root complex. NCCL's own topology rates a PCIe Gen4 x16 link at 24 GB/s of the 32 on paper
+# ("PCI[24.0]", "maxBw 24.0" in its INFO log, https://github.com/NVIDIA/nccl-tests/issues/307), and its
+# maintainers note that a PCIe system's all-reduce is bound by what the CPU and memory deliver, every
+# GPU a flow in both directions (https://github.com/NVIDIA/nccl/issues/1639): so a PCIe all-reduce gets
+# this share of the link figure instead of LINK_EFFICIENCY (fitted on NVLink parts). Not fitted.
+PCIE_NCCL_SHARE = 0.75
+# A link of at most PCIe Gen5 x16's 64 GB/s each way is PCIe: every NVLink part in the GPU catalog has
+# 150 GB/s or more (V100's NVLink 2), every PCIe-only part 32 or 64 (kvplan/model/gpus.json sources).
+PCIE_LINK_MAX_BYTES_PER_S = 64e9
+
 MIN_TILE_TOKENS = 16.0  # the M of the tensor cores' mma.sync.m16n8k16 instruction: no GEMM tile is smaller
 
 SHORT_WINDOW = 1024  # tokens: prefill attention of sliding windows up to this is charged per token (docstring)
@@ -339,6 +355,7 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
         matmul_flops=achievable_matmul_flops(gpu, fp8),
         attention_flops=gpu.peak_bf16_flops,
         link_bytes_per_s=gpu.link_bytes_per_s or 32e9,
+        pcie_link=(gpu.link_bytes_per_s or 32e9) <= PCIE_LINK_MAX_BYTES_PER_S,
         tp=tp,
         dense_bytes=max(dense_bytes, 0),
         dense_flops_per_token=2.0 * max(dense_active, 0) / tp,
