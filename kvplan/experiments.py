@@ -58,10 +58,14 @@ def document(workload: Workload, *, block_sizes: Sequence[int] | None = None,
 
 
 def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str, output: str,
-                  count: int, kv_dtype: str = "auto", max_num_seqs: int | None = None) -> str:
+                  count: int, kv_dtype: str = "auto", max_num_seqs: int | None = None, *,
+                  block_size: int = 16, prefix_caching: bool | None = None,
+                  max_model_len: int | None = None) -> str:
     """The workload YAML of a flag-only run: fixed lengths, Poisson or all-at-once arrivals, one paged
-    allocator (B = 16), the KV pool vLLM would allocate at start-up (kvplan size's prediction at
-    its defaults), vLLM's scheduler defaults."""
+    allocator (B = `block_size`), the KV pool vLLM would allocate at start-up (kvplan size's
+    prediction at its defaults), vLLM's scheduler defaults (prefix caching on unless
+    `prefix_caching` is False). `max_model_len` (default prompt + output) is the longest request
+    the start-up check must fit."""
     import json as json_module
     import math
 
@@ -78,7 +82,8 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
         raise UsageError(f"expected a tensor-parallel degree from 1 to 65,536, got {tp}", field="--tp")
     if not gpu.strip():
         raise UsageError("expected a GPU of the catalog (kvplan gpus), got an empty name", field="--gpu")
-    report = size(model, gpu=gpu, tp=tp, tokens=p + o, kv_dtype=kv_dtype, explore=False).report
+    longest = p + o if max_model_len is None else max_model_len
+    report = size(model, gpu=gpu, tp=tp, tokens=longest, kv_dtype=kv_dtype, explore=False).report
     if not report.fits:
         raise UsageError(f"vLLM would not serve it: {report.reason or 'one request does not fit'}", field="--model")
     arrival = f"{{process: poisson, rate: {rate!r}}}" if rate is not None else "{process: all_at_once}"
@@ -89,9 +94,10 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
             f"pool: {{kv_memory: {report.kv_pool_bytes}}}   # vLLM's Available KV cache memory (kvplan size)\n"
             f"requests:\n  count: {count}\n  prompt: {{dist: fixed, value: {p}}}\n"
             f"  output: {{dist: fixed, value: {o}}}\n  arrival: {arrival}\n"
-            f"allocators:\n  - {{kind: paged, block_size: 16}}\n"
-            f"scheduler: {{max_model_len: {p + o}"
-            + (f", max_num_seqs: {max_num_seqs}" if max_num_seqs else "") + "}\n")
+            f"allocators:\n  - {{kind: paged, block_size: {block_size}}}\n"
+            f"scheduler: {{max_model_len: {longest}"
+            + (f", max_num_seqs: {max_num_seqs}" if max_num_seqs else "")
+            + (", prefix_caching: false" if prefix_caching is False else "") + "}\n")
 
 
 def load_text(text: str):

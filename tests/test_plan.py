@@ -186,7 +186,8 @@ def test_the_shipped_prices_cite_a_source_and_date_per_row():
         assert row["source"].startswith("https://") and len(row["date"]) == 10 and row["provider"]
 
 
-@pytest.mark.parametrize("targets", [TARGETS, Targets(ttft_p99=0.3, e2e_p99=6.0)], ids=["ttft-tpot", "ttft-e2e"])
+@pytest.mark.parametrize("targets", [TARGETS, Targets(ttft_p99=0.3, e2e_p99=6.0), Targets(tpot_p99=0.02)],
+                         ids=["ttft-tpot", "ttft-e2e", "tpot"])
 def test_stopping_doomed_runs_early_changes_no_row(targets, monkeypatch):
     """The early stop is only a shortcut: without it every row is the same."""
     import kvplan.plan.search as S
@@ -199,3 +200,106 @@ def test_stopping_doomed_runs_early_changes_no_row(targets, monkeypatch):
     monkeypatch.setattr(S, "_doomed", lambda *args: None)
     without = search(MODEL, TRAFFIC, targets, SPACE, PRICES)
     assert [e.to_dict() for e in with_stop] == [e.to_dict() for e in without]
+
+
+LONG = Traffic(rate=10.0, prompt=800, output=100, count=2500)  # long enough to be scouted on a tenth
+
+
+def _row(e) -> dict:
+    d = e.to_dict()
+    del d["evaluations"], d["reused"]  # how many runs it took, not what they found
+    return d
+
+
+def test_siblings_share_runs_and_change_no_row():
+    """Configurations that differ only in max_num_seqs share their identical runs (a run whose
+    batch never reached either cap): the rows equal each configuration evaluated alone."""
+    from kvplan.plan.search import _evaluate_group
+
+    space = tuple(Config("H100-80GB", 1, "auto", s) for s in (16, 64, 256, 1024))
+    together = _evaluate_group((MODEL, LONG, TARGETS, space, PRICES))
+    alone = [evaluate(MODEL, LONG, TARGETS, c, PRICES["H100-80GB"]) for c in space]
+    assert [_row(e) for e in together] == [_row(e) for e in alone]
+    assert sum(e.reused for e in together) > sum(e.reused for e in alone)  # the group did share runs
+    assert len({e.rate_per_replica for e in together}) > 1  # and the caps mattered somewhere
+
+
+def test_the_answer_is_an_edge_of_full_length_runs():
+    """The rate reported meets the targets over all `count` requests, and the next rate of the
+    grid (2.2% higher) misses them: checked here with the plain engine, no scouts, no stops."""
+    from dataclasses import replace
+
+    from kvplan.plan.search import STEPS_PER_OCTAVE, config_workload
+    from kvplan.sim.engine import simulate
+
+    config = Config("L40S", 1)
+    e = evaluate(MODEL, LONG, TARGETS, config, 1.0)
+    wl = config_workload(MODEL, LONG, config)
+    base = wl.make_requests
+
+    def at(rate):
+        make = lambda: (replace(c, arrival=c.arrival / rate) for c in base())  # noqa: E731
+        return simulate(replace(wl, make_requests=make), wl.allocators[0])
+
+    assert e.feasible and e.rate_per_replica > 0
+    assert TARGETS.met_by(at(e.rate_per_replica))
+    assert not TARGETS.met_by(at(e.rate_per_replica * 2 ** (1 / STEPS_PER_OCTAVE)))
+
+
+def _file(tmp_path, text: str):
+    path = tmp_path / "traffic.yaml"
+    path.write_text("name: traffic\npool: {slots: 100000}\n" + text)
+    return path
+
+
+def test_a_workload_files_requests_are_the_traffic(tmp_path):
+    """From a file: its first `count` requests, their means, the longest, and their own rate."""
+    from kvplan.experiments import load
+    from kvplan.plan.space import from_workload
+
+    path = _file(tmp_path, "seed: 3\nrequests:\n  count: 400\n  prompt: {dist: uniform, low: 100, high: 900}\n"
+                           "  output: {dist: uniform, low: 10, high: 200}\n  arrival: {process: poisson, rate: 4}\n")
+    t = from_workload(path, None, 300)
+    chunks = list(load(path).make_requests())
+    arrival = np.concatenate([c.arrival for c in chunks])[:300]
+    prompt = np.concatenate([c.prompt_len for c in chunks])[:300]
+    output = np.concatenate([c.output_len for c in chunks])[:300]
+    assert t.count == 300 and t.workload == str(path)
+    assert t.prompt == pytest.approx(prompt.mean()) and t.output == pytest.approx(output.mean())
+    assert t.max_model_len == int((prompt + output).max())
+    assert t.base_rate == pytest.approx(299 / (arrival[-1] - arrival[0])) and t.rate == t.base_rate
+    assert 3 < t.base_rate < 5  # Poisson at 4/s
+    assert from_workload(path, 12.0, None).rate == 12.0 and from_workload(path, 12.0, None).count == 400
+
+
+def test_plan_searches_prefix_caching_and_block_size_on_a_workload_file(tmp_path, run_cli):
+    """A traffic whose prompts share two long system prompts: with caching on, a replica serves
+    more than with it off (its prefills mostly hit), at each block size searched."""
+    path = _file(tmp_path, "requests:\n  count: 600\n  prompt: {dist: fixed, value: 2200}\n"
+                           "  output: {dist: fixed, value: 60}\n  arrival: {process: poisson, rate: 8}\n"
+                           "prefix: {system_prompts: 2, system_prompt_len: 2048, hash_block_size: 32}\n")
+    code, out, err = run_cli("plan", MODEL, "--workload", str(path), "--gpu", "L40S", "--tp", "1",
+                             "--ttft-p99", "2", "--prefix-caching", "on,off", "--block-size", "16,32",
+                             "--workers", "1", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = {r["config"]["label"]: r for r in doc["results"]}
+    assert set(rows) == {"L40S x1", "L40S x1 no-cache", "L40S x1 B32", "L40S x1 B32 no-cache"}
+    for b in ("", " B32"):
+        on, off = rows[f"L40S x1{b}"], rows[f"L40S x1{b} no-cache"]
+        assert on["feasible"] and on["rate_per_replica"] > 1.5 * off["rate_per_replica"]
+    assert doc["traffic"]["workload"] == str(path) and doc["traffic"]["rate"] == pytest.approx(8, rel=0.15)
+
+
+@pytest.mark.parametrize("args,field", [([], "--rate"), (["--prefix-caching", "maybe"], "--prefix-caching"),
+                                        (["--block-size", "0"], "--block-size")])
+def test_plan_refuses_bad_traffic_options_in_one_line(args, field, run_cli):
+    code, out, err = run_cli("plan", MODEL, *args, *(["--rate", "1"] if args else []))
+    assert code == 2 and field in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_a_workload_arriving_all_at_once_is_refused_naming_it(tmp_path, run_cli):
+    path = _file(tmp_path, "requests:\n  count: 50\n  prompt: {dist: fixed, value: 100}\n"
+                           "  output: {dist: fixed, value: 10}\n  arrival: {process: all_at_once}\n")
+    code, out, err = run_cli("plan", MODEL, "--workload", str(path))
+    assert code == 2 and str(path) in err and "at once" in err and len(err.strip().splitlines()) == 1

@@ -16,10 +16,11 @@ DEFAULT_TPS = "1,2,4,8"
 
 def plan(
     model: Annotated[str, typer.Argument(help="The model served (any kvplan size argument).")],
-    rate: Annotated[float, typer.Option(help="Requests/s to serve in all (Poisson arrivals).")],
+    rate: Annotated[Optional[float], typer.Option(help="Requests/s to serve in all (Poisson arrivals; with --workload, its arrivals scaled; default its own rate).")] = None,
     prompt: Annotated[str, typer.Option(help="Prompt tokens of every request (1000; 2k).")] = "1000",
     output: Annotated[str, typer.Option(help="Output tokens of every request.")] = "200",
-    count: Annotated[int, typer.Option(help="Requests simulated per evaluation.")] = 2000,
+    count: Annotated[Optional[int], typer.Option(help="Requests simulated per evaluation (default 2000; with --workload, all of its requests).")] = None,
+    workload: Annotated[Optional[Path], typer.Option(help="The traffic from a workload file: its requests (lengths, arrivals or a trace, prefixes); its model, GPU and pool are the search's.")] = None,
     ttft_p99: Annotated[Optional[float], typer.Option("--ttft-p99", help="Target p99 time to first token, s.")] = None,
     tpot_p99: Annotated[Optional[float], typer.Option("--tpot-p99", help="Target p99 time per output token, s.")] = None,
     e2e_p99: Annotated[Optional[float], typer.Option("--e2e-p99", help="Target p99 end-to-end latency, s.")] = None,
@@ -27,6 +28,8 @@ def plan(
     tp: Annotated[str, typer.Option(help="Tensor-parallel degrees to consider.")] = DEFAULT_TPS,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV dtypes to consider: auto,fp8.")] = "auto",
     max_num_seqs: Annotated[Optional[str], typer.Option("--max-num-seqs", help="max_num_seqs values to consider (default vLLM's for the GPU).")] = None,
+    block_size: Annotated[str, typer.Option("--block-size", help="KV block sizes to consider: 16,32.")] = "16",
+    prefix_caching: Annotated[str, typer.Option("--prefix-caching", help="Automatic prefix caching: on, off, or on,off to compare.")] = "on",
     price: Annotated[Optional[list[str]], typer.Option(help="Override a price: GPU=USD per GPU-hour (repeatable).")] = None,
     prices: Annotated[Optional[Path], typer.Option(help="A price file replacing the shipped table (same JSON shape).")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Evaluations in parallel (default: every core).")] = None,
@@ -47,11 +50,13 @@ def plan(
     from kvplan.report.files import check_writable
     from kvplan.units import parse_count
 
-    if not (math.isfinite(rate) and 1e-3 <= rate <= 1e7):
+    if rate is None and workload is None:
+        raise UsageError("expected the requests/s to serve (or a --workload whose rate to take)", field="--rate")
+    if rate is not None and not (math.isfinite(rate) and 1e-3 <= rate <= 1e7):
         raise UsageError(f"expected a rate from 0.001 to 10,000,000 requests/s, got {rate}", field="--rate")
     p = parse_count(prompt, field="--prompt", high=2**31)
     o = parse_count(output, field="--output", high=2**31)
-    if not 10 <= count <= 1_000_000:
+    if count is not None and not 10 <= count <= 1_000_000:
         raise UsageError(f"expected 10 to 1,000,000 requests per evaluation, got {count}", field="--count")
     for name, value in (("--ttft-p99", ttft_p99), ("--tpot-p99", tpot_p99), ("--e2e-p99", e2e_p99)):
         if value is not None and not (math.isfinite(value) and value > 0):
@@ -69,11 +74,20 @@ def plan(
     tps = [_int(t, "--tp", 1, 64) for t in tp.split(",")]
     dtypes = [d.strip() for d in kv_dtype.split(",") if d.strip()]
     seqs = [_int(s, "--max-num-seqs", 1, 65_536) for s in max_num_seqs.split(",")] if max_num_seqs else [None]
-    configs = [Config(g, t, d, s) for g in gpus for t in tps for d in dtypes for s in seqs]
+    blocks = [_int(b, "--block-size", 1, 4096) for b in block_size.split(",")]
+    caching = [_switch(c) for c in prefix_caching.split(",")]
+    configs = [Config(g, t, d, s, b, c) for g in gpus for t in tps for d in dtypes for b in blocks for c in caching
+               for s in seqs]
     n = workers if workers is not None else (os.cpu_count() or 1)
     if not 1 <= n <= 1024:
         raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
-    traffic, targets = Traffic(rate, p, o, count), Targets(ttft_p99, tpot_p99, e2e_p99)
+    if workload is not None:
+        from kvplan.plan.space import from_workload
+
+        traffic = from_workload(workload, rate, count)
+    else:
+        traffic = Traffic(rate, p, o, 2000 if count is None else count)
+    targets = Targets(ttft_p99, tpot_p99, e2e_p99)
     from kvplan.cli.progress import StderrBar
 
     with StderrBar("planning", len(configs), enabled=not json) as bar:
@@ -129,6 +143,13 @@ def _int(text: str, field: str, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise UsageError(f"expected {lo} to {hi}, got {value}", field=field)
     return value
+
+
+def _switch(text: str) -> bool:
+    word = text.strip().lower()
+    if word not in ("on", "off"):
+        raise UsageError(f"expected on, off or on,off, got {text!r}", field="--prefix-caching")
+    return word == "on"
 
 
 def _gpus(text: Optional[str], prices: dict[str, float]) -> list[str]:

@@ -1,19 +1,20 @@
 """`kvplan plan`: the cheapest deployment that serves a traffic within latency targets.
 
-For each configuration of the search space (GPU, tensor-parallel degree, KV dtype, max_num_seqs):
+For each configuration of the search space (GPU, tensor-parallel degree, KV dtype, max_num_seqs,
+block size, prefix caching):
 1. memory first: `kvplan size`'s start-up verdict (weights, activations, CUDA graphs, one request
-   of prompt + output in the KV pool); a configuration vLLM would not start is pruned;
-2. the highest request rate one replica serves within the targets, by bisection on the rate
-   (Poisson arrivals; each rate replays the same draws scaled, so the search is deterministic):
-   a first run with every request at once gives the replica's saturated throughput, which sets
-   the bracket (a short run may be served above it, so the bracket's top doubles while the
-   targets hold); the targets are p99s of the serve engine's TTFT, TPOT and E2E;
+   of the longest prompt + output in the KV pool); a configuration vLLM would not start is pruned;
+2. the highest request rate one replica serves within the targets (`evaluate`): a search on one
+   grid of rates 2.2% apart, scouted on a tenth of the requests and decided on all of them, each
+   rate replaying the same requests with their arrival times scaled, so the search is
+   deterministic; the targets are p99s of the serve engine's TTFT, TPOT and E2E;
 3. replicas = ceil(rate wanted / rate per replica), cost per hour = replicas x tp x $/GPU-hour,
    cost per million output tokens = cost per hour / (output tokens per hour at the wanted rate).
 
 Results are ranked by cost per hour (ties: fewer GPUs, then lower p99 TTFT); `pareto` keeps the
-configurations no other one beats on both cost and p99 latency. Evaluations are independent
-and deterministic: 1 worker and N workers give the same rows in the same order.
+configurations no other one beats on both cost and p99 latency. Configurations that differ only in
+max_num_seqs are evaluated together, in one worker, sharing their identical runs; the groups are
+independent and deterministic: 1 worker, N workers and Ray give the same rows in the same order.
 """
 
 from __future__ import annotations
@@ -23,19 +24,18 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-BISECTION_STEPS = 8  # rate search: the bracket [saturated / 64, 2 x saturated] narrowed 8 times (to 1.4%)
-LOW_FRACTION = 1 / 64
+from kvplan.plan.space import Config, Traffic, config_workload, first, sliced
+
+__all__ = ["Config", "Evaluation", "Targets", "Traffic", "evaluate", "pareto", "rank", "search"]
+
+STEPS_PER_OCTAVE = 32  # the rates tried lie on one grid for every configuration: 2^(k/32) requests/s, 2.2% apart
+LOW_FRACTION = 1 / 64  # the scouting bracket: [saturated / 64, 2 x saturated]
+LONGEST_SPAN_S = 1e6  # no rate so low that the requests' arrivals would span more than 11.6 days
 MAX_ABOVE = 64  # the bracket's top doubles while the targets still hold, up to 64 x saturated
-
-
-@dataclass(frozen=True, slots=True)
-class Traffic:
-    """What arrives: fixed prompt and output lengths, `count` requests, Poisson at `rate`/s."""
-
-    rate: float
-    prompt: int
-    output: int
-    count: int = 2000
+SCOUT_SHARE = 10  # scouting runs take the first count / 10 requests (at least SCOUT_MIN)
+SCOUT_MIN = 1000
+START_OFFSET = 4  # the full-count search starts this many steps below the scouts' edge (see evaluate)
+STOP_CHUNK = 256  # requests per chunk of a rate run: how often it may stop early
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,20 +56,6 @@ class Targets:
         return True
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Config:
-    gpu: str
-    tp: int = 1
-    kv_dtype: str = "auto"
-    max_num_seqs: int | None = None  # None: vllm serve's default for the GPU
-
-    @property
-    def label(self) -> str:
-        seqs = f" seqs {self.max_num_seqs}" if self.max_num_seqs else ""
-        kv = f" kv {self.kv_dtype}" if self.kv_dtype != "auto" else ""
-        return f"{self.gpu} x{self.tp}{kv}{seqs}"
-
-
 @dataclass(frozen=True, slots=True)
 class Evaluation:
     config: Config
@@ -84,7 +70,8 @@ class Evaluation:
     ttft_p99: float | None = None  # at rate_per_replica
     tpot_p99: float | None = None
     e2e_p99: float | None = None
-    evaluations: int = 0  # serve simulations run
+    evaluations: int = 0  # serve runs the search used
+    reused: int = 0  # of them, runs a configuration of its group had made already (identical, see _Runs)
 
     @property
     def feasible(self) -> bool:
@@ -97,95 +84,212 @@ class Evaluation:
         return d
 
 
-def evaluate(model: str, traffic: Traffic, targets: Targets, config: Config,
-             price: float | None) -> Evaluation:  # fmt: skip
-    """One configuration: memory verdict, then the highest rate per replica within the targets."""
-    from kvplan.errors import KvplanError
-    from kvplan.experiments import flag_workload, load_text
-    from kvplan.sim.engine import simulate
+def grid_rate(k: int) -> float:
+    return 2.0 ** (k / STEPS_PER_OCTAVE)
 
-    try:
-        text = flag_workload(model, config.gpu, config.tp, 1.0, str(traffic.prompt), str(traffic.output),
-                             traffic.count, kv_dtype=config.kv_dtype, max_num_seqs=config.max_num_seqs)
-        wl = load_text(text)
-    except KvplanError as exc:
-        return Evaluation(config, False, exc.message)
+
+def grid_step(rate: float, up: bool) -> int:
+    """The grid step at or above (`up`) / at or below `rate`."""
+    x = STEPS_PER_OCTAVE * math.log2(rate)
+    return math.ceil(x - 1e-9) if up else math.floor(x + 1e-9)
+
+
+class _Runs:
+    """The serve runs of one group of configurations, which differ only in max_num_seqs.
+
+    A run is a pure function of its setup and requests; max_num_seqs enters the engine only as the
+    cap on the running batch (and, through the start-up profile, the pool, which the key holds with
+    every other setting of the setup). So a
+    run whose batch never reached a cap is the same run under any cap above its peak: a sibling's
+    finished run whose peak stays below both caps is reused as it is, never re-simulated."""
+
+    def __init__(self) -> None:
+        self.done: dict[tuple, list] = {}
+        self.offset = START_OFFSET  # steps the full-count edge lay below the scouts' last time
+        self.scout_edge: int | None = None  # the scouts' edge last time
+
+    def get(self, key: tuple, cap: int):
+        for other_cap, peak, result in self.done.get(key, ()):
+            if other_cap == cap or peak < min(cap, other_cap):
+                return True, result
+        return False, None
+
+    def put(self, key: tuple, cap: int, peak: int, result) -> None:
+        """`peak`: the largest batch the run reached (up to its stop, for a run that stopped: the
+        same run under another cap above it stops at the same point)."""
+        self.done.setdefault(key, []).append((cap, peak, result))
+
+
+def evaluate(model: str, traffic: Traffic, targets: Targets, config: Config,
+             price: float | None, runs_of_group: _Runs | None = None) -> Evaluation:  # fmt: skip
+    """One configuration: the memory verdict, then the highest rate per replica within the targets.
+
+    The rate search, on the grid of grid_rate (the same rates for every configuration):
+    1. scouting, on the first count / SCOUT_SHARE requests (at least SCOUT_MIN): every request at
+       once gives the saturated throughput; the bracket [saturated / 64, 2 x saturated] (its top
+       doubling while the targets hold) is bisected to two neighbouring grid steps, or, after a
+       sibling of the group, searched from the sibling's edge outwards (_edge);
+    2. the verdict, on all `count` requests: from the scouts' step, less the steps the group's
+       previous full-count edge lay below its scouts' (short runs pass at higher rates: fewer
+       requests reach the queue's tail), up while the targets hold or down while they miss
+       (doubling steps, then bisection), to a step that meets them whose neighbour above misses
+       them. Only runs of all `count` requests decide the answer; scouting only saves runs.
+    Runs stop as soon as their miss is certain (_doomed), and a sibling's identical run is reused
+    (_Runs).
+    """
+    from kvplan.errors import KvplanError
+    from kvplan.sim import kernel as K
+    from kvplan.sim.engine import simulate
     from kvplan.sim.inputs import make_setup
 
-    spec = wl.allocators[0]
-    setup = make_setup(wl, spec)  # one clock for every rate: the step times do not depend on it
-    base = wl.make_requests
-    runs = 0
+    try:
+        wl = config_workload(model, traffic, config)
+        spec = wl.allocators[0]
+        setup = make_setup(wl, spec)  # one clock for every rate: the step times do not depend on it
+    except KvplanError as exc:  # vLLM would not start it, or the traffic cannot run on it
+        return Evaluation(config, False, exc.message)
+    base, scale = wl.make_requests, traffic.base_rate
+    runs = runs_of_group if runs_of_group is not None else _Runs()
+    cap = setup.sched.max_num_seqs
+    uncapped = replace(setup, sched=replace(setup.sched, max_num_seqs=0))  # all but the cap
+    total = min(traffic.count, wl.num_requests)
+    scout = total if total <= SCOUT_MIN else max(SCOUT_MIN, total // SCOUT_SHARE)
+    used = reused = 0
 
-    doomed = _doomed(targets, traffic.count, setup.clock.ticks_per_unit)
+    def at(n: int, k: int | None):
+        nonlocal used, reused
+        used += 1
+        key = (uncapped, n, k)
+        known, result = runs.get(key, cap)
+        if known:
+            reused += 1
+            return result
+        if k is None:  # every request at once: the replica's saturated throughput
+            make = lambda: (replace(c, arrival=c.arrival * 0.0) for c in first(base(), n))  # noqa: E731
+            result = simulate(replace(wl, make_requests=make), spec, setup=setup)
+            runs.put(key, cap, result.peak_running, result)
+            return result
+        # the same requests, arriving rate / base_rate as often, in small chunks so that a run
+        # stops as soon as its verdict is certain (None: it misses)
+        f = scale / grid_rate(k)
+        make = lambda: _small_chunks(replace(c, arrival=c.arrival * f) for c in first(base(), n))  # noqa: E731
+        rule, peak = _doomed(targets, n, setup.clock.ticks_per_unit, traffic.output), [0]
 
-    def at(rate: float | None):
-        nonlocal runs
-        runs += 1
-        if rate is None:  # every request at once: the replica's saturated throughput
-            make = lambda: (replace(c, arrival=c.arrival * 0.0) for c in base())  # noqa: E731
-            return simulate(replace(wl, make_requests=make), spec, setup=setup)
-        # the rate-1 Poisson draws scaled: the same requests, arriving 1 / rate as often, in small
-        # chunks so that a run stops as soon as its verdict is certain (None: it misses)
-        make = lambda: _small_chunks(replace(c, arrival=c.arrival / rate) for c in base())  # noqa: E731
-        return simulate(replace(wl, make_requests=make), spec, setup=setup, stop=doomed)
+        def stop(state) -> bool:
+            if rule(state):
+                peak[0] = int(state.st[K.PEAK_RUNNING])
+                return True
+            return False
 
-    saturated = at(None).throughput_rps
-    lo, hi = saturated * LOW_FRACTION, saturated
-    best = at(lo)
-    if not targets.met_by(best):
-        return Evaluation(config, True, f"misses the targets even at {lo:.3g} requests/s", evaluations=runs,
-                          usd_per_gpu_hour=price)
-    best_rate = lo
-    hi = saturated * 2  # a short run can outpace the all-at-once throughput: start above it
-    top = at(hi)
-    while targets.met_by(top) and hi < saturated * MAX_ABOVE:  # still within the targets: go higher
-        lo, best, best_rate = hi, top, hi
-        hi *= 2
-        top = at(hi)
-    if not targets.met_by(top):
-        for _ in range(BISECTION_STEPS):
-            mid = math.sqrt(lo * hi)
-            result = at(mid)
-            if targets.met_by(result):
-                lo, best, best_rate = mid, result, mid
-            else:
-                hi = mid
-    replicas = math.ceil(traffic.rate / best_rate)
+        result = simulate(replace(wl, make_requests=make), spec, setup=setup,
+                          stop=None if rule is None else stop)
+        runs.put(key, cap, peak[0] if result is None else result.peak_running, result)
+        return result
+
+    def passes(n: int, k: int) -> bool:
+        return targets.met_by(at(n, k))
+
+    saturated = at(scout, None).throughput_rps
+    # the lowest rate tried: none so low that the arrivals would span more than LONGEST_SPAN_S
+    # (the clock's range is about 53 days)
+    floor = grid_step(total / LONGEST_SPAN_S, up=True)
+    low = max(floor, grid_step(saturated * LOW_FRACTION, up=False))
+    ceiling = max(low, grid_step(saturated * MAX_ABOVE, up=True))
+    if runs.scout_edge is None:
+        best = _scout(lambda k: passes(scout, k), low, max(low + 1, grid_step(saturated * 2, up=True)), ceiling)
+        if best is None:  # even saturated / 64 misses: lower still
+            best = _edge(lambda k: passes(scout, k), low, floor, ceiling)
+    else:  # a sibling's edge is the likeliest place of this one's
+        best = _edge(lambda k: passes(scout, k), min(max(floor, runs.scout_edge), ceiling), floor, ceiling)
+    runs.scout_edge = best
+    start = floor if best is None else best - runs.offset
+    edge = _edge(lambda k: passes(total, k), min(max(floor, start), ceiling), floor, ceiling)
+    if best is not None and edge is not None:
+        runs.offset = best - edge
+    best = edge
+    if best is None:
+        return Evaluation(config, True, f"misses the targets even at {grid_rate(floor):.3g} requests/s "
+                          f"({1 / grid_rate(floor):,.0f} s apart)",
+                          evaluations=used, reused=reused, usd_per_gpu_hour=price)
+    result, best_rate = at(total, best), grid_rate(best)
+    replicas = math.ceil(traffic.rate / best_rate * (1 - 1e-12))
     gpus = replicas * config.tp
     cost = cost_m = None
     if price is not None:
         cost = gpus * price
-        cost_m = cost / (traffic.rate * traffic.output * 3600) * 1e6
+        cost_m = cost / (traffic.rate * traffic.output * 3600) * 1e6 if traffic.output > 0 else None
     return Evaluation(config, True, None if price is not None else "no price for this GPU", best_rate, replicas,
-                      gpus, price, cost, cost_m, best.ttft.p99, best.tpot.p99, best.e2e.p99, runs)
+                      gpus, price, cost, cost_m, result.ttft.p99, result.tpot.p99, result.e2e.p99, used, reused)
 
 
-STOP_CHUNK = 256  # requests per chunk of a rate run: how often it may stop early
+def _scout(passes: Callable[[int], bool], lo: int, hi: int, ceiling: int) -> int | None:
+    """Bisect [lo, hi] on the grid to a step that passes below one that misses; the top moves up
+    (doubling its distance) while it still passes, up to `ceiling`. None: `lo` misses."""
+    if not passes(lo):
+        return None
+    while passes(hi):
+        if hi >= ceiling:
+            return hi
+        lo, hi = hi, min(ceiling, hi + 2 * (hi - lo))
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    return lo
+
+
+def _edge(passes: Callable[[int], bool], start: int, floor: int, ceiling: int) -> int | None:
+    """From `start`, the step that passes whose neighbour above misses: up while passing, down
+    while missing, by doubling steps, then bisection. None: even `floor` misses."""
+    if passes(start):
+        lo, step = start, 1
+        while True:
+            hi = min(ceiling, lo + step)
+            if hi == lo:
+                return lo
+            if not passes(hi):
+                break
+            lo, step = hi, step * 2
+    else:
+        hi, step = start, 1
+        while True:
+            lo = max(floor, hi - step)
+            if passes(lo):
+                break
+            if lo == floor:
+                return None
+            hi, step = lo, step * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    return lo
 
 
 def _small_chunks(chunks):
     for c in chunks:
         for s in range(0, len(c), STOP_CHUNK):
-            yield replace(c, arrival=c.arrival[s:s + STOP_CHUNK], prompt_len=c.prompt_len[s:s + STOP_CHUNK],
-                          output_len=c.output_len[s:s + STOP_CHUNK],
-                          hash_ids=None if c.hash_ids is None else c.hash_ids[s:s + STOP_CHUNK],
-                          cut=None if c.cut is None else c.cut[s:s + STOP_CHUNK])
+            yield sliced(c, s, s + STOP_CHUNK)
 
 
-def _doomed(targets: Targets, count: int, per_unit: float):
-    """A stop rule for a run of `count` requests: True once enough of them are certain to pass the
-    TTFT or E2E target that the p99 must (numpy's p99 is at least the value of rank
-    floor(0.99 x (count - 1)), so count - that rank values above a target put it above). A
-    request counts once its first token (or its end) came later than the target after it reached
-    the engine, or it is still waiting past that: the result measures from the client's send, no
-    later, and adds the API server's latency, so the rule never stops a run that would pass."""
+def _doomed(targets: Targets, count: int, per_unit: float, output: float):
+    """A stop rule for a run of `count` requests: True once enough of them are certain to pass a
+    target that its p99 must (numpy's p99 is at least the value of rank floor(0.99 x (count - 1)),
+    so count - that rank values above a target put it above).
+
+    A request is certainly late for TTFT or E2E once its first token (or its end) came later than
+    the target after it reached the engine, or it is still waiting past that: the result measures
+    from the client's send, no later, and adds the API server's latency. For TPOT, once the time
+    since its first token, finished or not, passes target x (output - 1) (fixed outputs only: the
+    TPOT p99 is over the requests with more than one output token). The rule never stops a run
+    that would pass."""
     from kvplan.sim import kernel as K
 
     need = count - math.floor(0.99 * (count - 1))
     limits = [(col, target * per_unit * (1 + 1e-9) + 1) for col, target in
               ((K.FIRST_TOKEN_AT, targets.ttft_p99), (K.FINISHED_AT, targets.e2e_p99)) if target is not None]
-    if not limits:
+    tpot = None
+    if targets.tpot_p99 is not None and float(output).is_integer() and output > 1:
+        tpot = targets.tpot_p99 * per_unit * (1 + 1e-9) * (output - 1) + 1
+    if not limits and tpot is None:
         return None
 
     def stop(state) -> bool:
@@ -196,40 +300,65 @@ def _doomed(targets: Targets, count: int, per_unit: float):
             late = ((at >= 0) & (at - arrival > limit)) | ((at < 0) & (now - arrival > limit))
             if int(late.sum()) >= need:
                 return True
+        if tpot is not None:
+            first, finish = req[:, K.FIRST_TOKEN_AT], req[:, K.FINISHED_AT]
+            decoding = (first >= 0) & (req[:, K.OUTPUT] > 1)
+            late = decoding & (((finish >= 0) & (finish - first > tpot)) | ((finish < 0) & (now - first > tpot)))
+            if int(late.sum()) >= need:
+                return True
         return False
 
     return stop
 
 
-def _evaluate_args(args) -> Evaluation:
-    return evaluate(*args)
+def _evaluate_group(args) -> list[Evaluation]:
+    """The configurations of one group, in turn, sharing their runs."""
+    model, traffic, targets, configs, prices = args
+    runs = _Runs()
+    return [evaluate(model, traffic, targets, c, prices.get(c.gpu), runs) for c in configs]
+
+
+def groups_of(model: str, traffic: Traffic, targets: Targets, configs: Sequence[Config],
+              prices: dict[str, float]) -> list[tuple]:
+    """The jobs: one per group of configurations (in the order each group first appears)."""
+    order: dict[tuple, list[Config]] = {}
+    for c in configs:
+        order.setdefault(c.group, []).append(c)
+    return [(model, traffic, targets, tuple(cs), dict(prices)) for cs in order.values()]
 
 
 def search(model: str, traffic: Traffic, targets: Targets, configs: Sequence[Config],
            prices: dict[str, float], *, workers: int = 1, ray: bool = False,
            progress: Callable[[int, int], None] | None = None) -> list[Evaluation]:
-    """Every configuration evaluated (in a process pool when workers > 1, or on Ray), ranked."""
-    jobs = [(model, traffic, targets, c, prices.get(c.gpu)) for c in configs]
+    """Every configuration evaluated (groups in a process pool when workers > 1, or on Ray), ranked.
+    The rows do not depend on the workers: each group runs in one worker, in the same order."""
+    jobs = groups_of(model, traffic, targets, configs, prices)
     results: list[Evaluation] = []
+    done = 0
+
+    def collect(group: list[Evaluation]) -> None:
+        nonlocal done
+        results.extend(group)
+        done += len(group)
+        if progress:
+            progress(done, len(configs))
+
     if ray:
-        results = _on_ray(jobs, workers, progress)
+        for group in _on_ray(jobs, workers):
+            collect(group)
     elif workers <= 1 or len(jobs) <= 1:
-        for i, job in enumerate(jobs):
-            results.append(_evaluate_args(job))
-            if progress:
-                progress(i + 1, len(jobs))
+        for job in jobs:
+            collect(_evaluate_group(job))
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            for i, result in enumerate(pool.map(_evaluate_args, jobs)):  # map keeps the order
-                results.append(result)
-                if progress:
-                    progress(i + 1, len(jobs))
+            for group in pool.map(_evaluate_group, jobs):  # map keeps the order
+                collect(group)
     return rank(results)
 
 
-def _on_ray(jobs: list, workers: int, progress) -> list[Evaluation]:
-    """The evaluations as Ray tasks: on the cluster at RAY_ADDRESS (or one already initialised),
-    else on a local instance of `workers` CPUs. Results come back in the jobs' order."""
+def _on_ray(jobs: list, workers: int):
+    """The groups as Ray tasks: on the cluster at RAY_ADDRESS (or one already initialised), else on
+    a local instance of `workers` CPUs. Results come back in the jobs' order, as each is ready."""
     import os
 
     try:
@@ -244,14 +373,10 @@ def _on_ray(jobs: list, workers: int, progress) -> list[Evaluation]:
             ray.init(address=address, log_to_driver=False)
         else:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-    task = ray.remote(_evaluate_args)
+    task = ray.remote(_evaluate_group)
     pending = [task.remote(job) for job in jobs]
-    results = []
-    for i, ref in enumerate(pending):
-        results.append(ray.get(ref))
-        if progress:
-            progress(i + 1, len(jobs))
-    return results
+    for ref in pending:
+        yield ray.get(ref)
 
 
 def rank(evaluations: Iterable[Evaluation]) -> list[Evaluation]:

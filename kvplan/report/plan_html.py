@@ -12,7 +12,7 @@ import html
 import io
 from pathlib import Path
 
-from kvplan.report.plan_view import answer_sentence
+from kvplan.report.plan_view import answer_sentence, traffic_words
 
 
 def plot_frontier(doc: dict, path: Path | io.StringIO, fmt: str | None = None) -> None:
@@ -37,7 +37,7 @@ def plot_frontier(doc: dict, path: Path | io.StringIO, fmt: str | None = None) -
     ax.set_xlabel("p99 TTFT at the rate per replica (s)")
     ax.set_ylabel("cost ($/hour)")
     t = doc["traffic"]
-    ax.set_title(f"{doc['model']}: {t['rate']:g} requests/s of {t['prompt']:,} + {t['output']:,} tokens",
+    ax.set_title(f"{doc['model']}: {traffic_words(t)}",
                  fontsize=10)
     ax.grid(alpha=0.3)
     if rows:
@@ -59,6 +59,8 @@ def render_html(doc: dict) -> str:
     chart = chart[chart.index("<svg"):]  # drop the XML prolog: inline SVG
     esc = html.escape
     t, g = doc["traffic"], doc["targets"]
+    arrivals = ("the file's arrivals, their times scaled to each rate tried" if t.get("workload")
+                else "Poisson arrivals, fixed lengths")
     rows = []
     for i, r in enumerate(doc["results"], 1):
         c = r["config"]
@@ -93,8 +95,7 @@ td:nth-child(2), th:nth-child(2) {{ text-align: left; }} .answer {{ font-size: 1
 <tbody>{''.join(rows)}</tbody></table>
 <h2>Assumptions</h2>
 <ul id="assumptions">
-<li>Traffic: {t['rate']:g} requests/s, Poisson arrivals, {t['prompt']:,} prompt and {t['output']:,} output tokens each;
-{t['count']:,} requests simulated per evaluation.</li>
+<li>Traffic: {esc(traffic_words(t))}, {esc(arrivals)}; {t['count']:,} requests simulated per evaluation.</li>
 <li>Targets: {esc(targets)} (p99 over the simulated requests).</li>
 <li>Memory: vLLM's start-up profile as <code>kvplan size</code> computes it; a configuration vLLM would not start is left out.
 Serving: kvplan's serve engine with vLLM V1's scheduler defaults and its fitted step-time model.</li>

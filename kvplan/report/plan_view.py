@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kvplan.report.output import console, print_table
 
-CSV_FIELDS = ("rank", "config", "gpu", "tp", "kv_dtype", "max_num_seqs", "feasible", "replicas", "gpus",
+CSV_FIELDS = ("rank", "config", "gpu", "tp", "kv_dtype", "max_num_seqs", "block_size", "prefix_caching", "feasible", "replicas", "gpus",
               "usd_per_gpu_hour", "cost_per_hour", "cost_per_million_tokens", "rate_per_replica",
               "ttft_p99", "tpot_p99", "e2e_p99", "reason")
 
@@ -20,18 +20,25 @@ def _s(x, scale: float = 1.0, fmt: str = ".3f") -> str:
     return "-" if x is None else format(x * scale, fmt)
 
 
+def traffic_words(t: dict) -> str:
+    """The traffic in a few words: "20 requests/s of 1,000 + 200 tokens" (or the workload file's)."""
+    if t.get("workload"):
+        return (f"{t['rate']:g} requests/s of {Path(t['workload']).name}'s requests (mean {t['prompt']:,.0f} + "
+                f"{t['output']:,.0f} tokens)")
+    return f"{t['rate']:g} requests/s of {t['prompt']:,} + {t['output']:,.0f} tokens"
+
+
 def answer_sentence(doc: dict) -> str:
     best = doc["answer"]
     t = doc["traffic"]
     if best is None:
-        return (f"No configuration in the search space serves {t['rate']:g} requests/s of {t['prompt']:,} + "
-                f"{t['output']:,} tokens within the targets.")
+        return f"No configuration in the search space serves {traffic_words(t)} within the targets."
     c = best["config"]
     gpus = f"{best['gpus']} GPU" + ("s" if best["gpus"] != 1 else "")
     kv = f", KV {c['kv_dtype']}" if c["kv_dtype"] != "auto" else ""
     return (f"Rent {best['replicas']} x {c['tp']} {c['gpu']} ({gpus}{kv}): "
             f"{_money(best['cost_per_hour'])}/hour, {_money(best['cost_per_million_tokens'])} per million output "
-            f"tokens, for {t['rate']:g} requests/s at p99 TTFT {best['ttft_p99']:.2f} s and p99 TPOT "
+            f"tokens, for {traffic_words(t)} at p99 TTFT {best['ttft_p99']:.2f} s and p99 TPOT "
             f"{1e3 * best['tpot_p99']:.0f} ms ({best['rate_per_replica']:.2f} requests/s per replica).")
 
 
@@ -75,6 +82,6 @@ def write_plan_csv(doc: dict, path: Path) -> None:
         for i, r in enumerate(doc["results"], 1):
             c = r["config"]
             writer.writerow([i, c["label"], c["gpu"], c["tp"], c["kv_dtype"], c["max_num_seqs"] or "",
-                             r["feasible"], r["replicas"], r["gpus"], r["usd_per_gpu_hour"], r["cost_per_hour"],
+                             c["block_size"], c["prefix_caching"], r["feasible"], r["replicas"], r["gpus"], r["usd_per_gpu_hour"], r["cost_per_hour"],
                              r["cost_per_million_tokens"], r["rate_per_replica"], r["ttft_p99"], r["tpot_p99"],
                              r["e2e_p99"], r["reason"] or ""])

@@ -26,6 +26,7 @@ step-by-step sum exactly, so the fast engine and the reference agree to the last
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -153,8 +154,10 @@ def make_clock(timing: TimingConfig, pool: PoolSpec | None = None, token_budget:
     )
 
 
+@lru_cache(maxsize=32)
 def _physical_clock(step, token_budget: int) -> StepClock:
-    """Integer ticks of the physical model (kvplan/model/step_time.py) for a token budget."""
+    """Integer ticks of the physical model (kvplan/model/step_time.py) for a token budget (kept for
+    the next setup of the same model, GPU and budget: a search builds it once, not per setting)."""
     size = max(2, min(token_budget, TABLE_LIMIT) + 1)
     linear = tuple(_ticks(step.per_token_s(n)) for n in range(size))
     slope = max(linear[-1] - linear[-2], 0)

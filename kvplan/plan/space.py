@@ -1,0 +1,126 @@
+"""What `kvplan plan` searches: the traffic (from flags or a workload file), the configurations,
+and the serve workload of one configuration for that traffic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+from kvplan.errors import KvplanError, UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """What arrives. From flags: fixed prompt and output lengths, `count` requests, Poisson at `rate`/s.
+    From a workload file (`workload`, its path): its requests (distributions, arrivals or a trace,
+    prefixes), the first `count` of them, their arrivals scaled from the file's own mean rate
+    (`base_rate`) to each rate tried; `output` is then their mean output and `prompt` their mean
+    prompt (for the report), `max_model_len` the longest prompt + output among them."""
+
+    rate: float
+    prompt: float
+    output: float
+    count: int = 2000
+    workload: str | None = None
+    base_rate: float = 1.0
+    max_model_len: int | None = None
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Config:
+    gpu: str
+    tp: int = 1
+    kv_dtype: str = "auto"
+    max_num_seqs: int | None = None  # None: vllm serve's default for the GPU
+    block_size: int = 16
+    prefix_caching: bool = True  # vLLM V1's default
+
+    @property
+    def label(self) -> str:
+        seqs = f" seqs {self.max_num_seqs}" if self.max_num_seqs else ""
+        kv = f" kv {self.kv_dtype}" if self.kv_dtype != "auto" else ""
+        block = f" B{self.block_size}" if self.block_size != 16 else ""
+        cache = "" if self.prefix_caching else " no-cache"
+        return f"{self.gpu} x{self.tp}{kv}{seqs}{block}{cache}"
+
+    @property
+    def group(self) -> tuple:
+        """Configurations of one group differ only in max_num_seqs (see _Runs)."""
+        return (self.gpu, self.tp, self.kv_dtype, self.block_size, self.prefix_caching)
+
+
+def from_workload(path: Path, rate: float | None, count: int | None) -> Traffic:
+    """The traffic of a workload file's requests: the first `count` of them (all by default), at
+    `rate` (default: the file's own, requests over the span of their arrivals)."""
+    from kvplan.experiments import load
+
+    try:
+        wl = load(path)
+    except KvplanError as exc:
+        raise exc.located(file=str(path)) from None
+    n = wl.num_requests if count is None else min(count, wl.num_requests)
+    prompt = output = longest = 0
+    start = end = None
+    seen = 0
+    for c in first(wl.make_requests(), n):
+        if len(c) == 0:
+            continue
+        seen += len(c)
+        prompt += int(c.prompt_len.sum())
+        output += int(c.output_len.sum())
+        longest = max(longest, int((c.prompt_len + c.output_len).max()))
+        start = float(c.arrival[0]) if start is None else start
+        end = float(c.arrival[-1])
+    if seen < 10:
+        raise UsageError(f"{path}: expected at least 10 requests, got {seen}", field="--workload")
+    span = (end or 0.0) - (start or 0.0)
+    if not span > 0:
+        raise UsageError(f"{path}: its requests all arrive at once; plan needs arrivals spread in time "
+                         "(a rate, or a trace's timestamps) to scale", field="--workload")
+    base = (seen - 1) / span
+    return Traffic(rate if rate is not None else base, prompt / seen, output / seen, seen, str(path), base,
+                   longest)
+
+
+@lru_cache(maxsize=4)
+def _traffic_workload(path: str):
+    from kvplan.experiments import load
+
+    return load(path)
+
+
+def config_workload(model: str, traffic: Traffic, config: Config):
+    """The serve workload of one configuration at rate 1 (arrivals are scaled per run)."""
+    from kvplan.experiments import flag_workload, load_text
+
+    text = flag_workload(model, config.gpu, config.tp, 1.0, str(max(1, round(traffic.prompt))),
+                         str(max(0, round(traffic.output))), traffic.count, kv_dtype=config.kv_dtype,
+                         max_num_seqs=config.max_num_seqs, block_size=config.block_size,
+                         prefix_caching=config.prefix_caching, max_model_len=traffic.max_model_len)
+    wl = load_text(text)
+    if traffic.workload is None:
+        return wl
+    source = _traffic_workload(traffic.workload)
+    count = traffic.count
+    make = lambda: first(source.make_requests(), count)  # noqa: E731
+    return replace(wl, make_requests=make, num_requests=min(count, source.num_requests), seed=source.seed,
+                   extras=source.extras)
+
+
+def sliced(c, s: int, e: int):
+    return replace(c, arrival=c.arrival[s:e], prompt_len=c.prompt_len[s:e], output_len=c.output_len[s:e],
+                   hash_ids=None if c.hash_ids is None else c.hash_ids[s:e],
+                   cut=None if c.cut is None else c.cut[s:e])
+
+
+def first(chunks, n: int):
+    """The first `n` requests of a stream of chunks."""
+    left = n
+    for c in chunks:
+        if left <= 0:
+            return
+        yield c if len(c) <= left else sliced(c, 0, left)
+        left -= len(c)
+
+
