@@ -186,8 +186,9 @@ def test_the_shipped_prices_cite_a_source_and_date_per_row():
         assert row["source"].startswith("https://") and len(row["date"]) == 10 and row["provider"]
 
 
-@pytest.mark.parametrize("targets", [TARGETS, Targets(ttft_p99=0.3, e2e_p99=6.0), Targets(tpot_p99=0.02)],
-                         ids=["ttft-tpot", "ttft-e2e", "tpot"])
+@pytest.mark.parametrize("targets", [TARGETS, Targets(ttft_p99=0.3, e2e_p99=6.0), Targets(tpot_p99=0.02),
+                                     Targets(ttft_p99=0.3, tpot_p99=0.03, goodput=0.9)],
+                         ids=["ttft-tpot", "ttft-e2e", "tpot", "goodput"])
 def test_stopping_doomed_runs_early_changes_no_row(targets, monkeypatch):
     """The early stop is only a shortcut: without it every row is the same."""
     import kvplan.plan.search as S
@@ -303,3 +304,54 @@ def test_a_workload_arriving_all_at_once_is_refused_naming_it(tmp_path, run_cli)
                            "  output: {dist: fixed, value: 10}\n  arrival: {process: all_at_once}\n")
     code, out, err = run_cli("plan", MODEL, "--workload", str(path))
     assert code == 2 and str(path) in err and "at once" in err and len(err.strip().splitlines()) == 1
+
+
+def test_weight_quantization_is_searched_as_the_re_uploads(run_cli):
+    """--quantization fp8 serves the model's FP8 re-upload: half the weight bytes, so on an L40S a
+    replica serves more than the bf16 checkpoint (decode reads the weights every step)."""
+    code, out, err = run_cli("plan", MODEL, "--rate", "10", "--prompt", "800", "--output", "100", "--count", "300",
+                             "--gpu", "L40S", "--tp", "1", "--quantization", "none,fp8", "--ttft-p99", "1",
+                             "--tpot-p99", "0.05", "--workers", "1", "--json")
+    assert code == 0, err
+    rows = {r["config"]["label"]: r for r in json.loads(out)["results"]}
+    assert set(rows) == {"L40S x1", "L40S x1 w-fp8"}
+    assert rows["L40S x1 w-fp8"]["rate_per_replica"] > rows["L40S x1"]["rate_per_replica"]
+    from kvplan.plan.space import Config
+
+    assert Config("L40S", quantization="fp8").model_id(MODEL) == MODEL + "-fp8"
+
+
+@pytest.mark.parametrize("args,field", [(["--quantization", "int3"], "--quantization"),
+                                        (["--tp", "16"], "--tp"), (["--gpus-per-node", "0"], "--gpus-per-node")])
+def test_plan_refuses_a_bad_search_space_in_one_line(args, field, run_cli):
+    code, out, err = run_cli("plan", MODEL, "--rate", "1", *args)
+    assert code == 2 and field in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_goodput_counts_requests_within_every_limit_at_once():
+    """Four requests by hand: TTFT 0.5, 1.5, 0.2, 0.4 s (+ 0.1 s of API server); TPOT 0.01, 0.01,
+    0.06, 0.02 s; within TTFT 1 s and TPOT 0.05 s together: the first and the last."""
+    from types import SimpleNamespace
+
+    from kvplan.plan.search import attainment
+    from kvplan.sim.metrics import RequestRecords
+
+    arrival = np.array([0.0, 1.0, 2.0, 3.0])
+    first = arrival + np.array([0.4, 1.4, 0.1, 0.3])
+    out = np.array([11, 11, 2, 6])
+    finish = first + np.array([0.1, 0.1, 0.06, 0.1])
+    cols = {"arrival": arrival, "first_token": first, "finish": finish, "output": out}
+    result = SimpleNamespace(requests=RequestRecords(cols))
+    assert attainment(Targets(ttft_p99=1.0, tpot_p99=0.05, goodput=0.5), result, 0.1) == 0.5
+    assert Targets(ttft_p99=1.0, tpot_p99=0.05, goodput=0.5).met_by(result, 0.1)
+    assert not Targets(ttft_p99=1.0, tpot_p99=0.05, goodput=0.75).met_by(result, 0.1)
+    assert attainment(Targets(ttft_p99=1.0, goodput=0.5), result, 0.1) == 0.75
+
+
+def test_a_lower_goodput_never_serves_less():
+    strict = search(MODEL, TRAFFIC, Targets(ttft_p99=1.0, tpot_p99=0.05, goodput=0.99), SPACE, PRICES)
+    loose = {e.config: e for e in search(MODEL, TRAFFIC, Targets(ttft_p99=1.0, tpot_p99=0.05, goodput=0.8),
+                                         SPACE, PRICES)}
+    for e in strict:
+        assert loose[e.config].rate_per_replica >= e.rate_per_replica * 0.999
+    assert any(loose[e.config].rate_per_replica > e.rate_per_replica for e in strict)

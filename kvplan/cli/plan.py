@@ -24,12 +24,15 @@ def plan(
     ttft_p99: Annotated[Optional[float], typer.Option("--ttft-p99", help="Target p99 time to first token, s.")] = None,
     tpot_p99: Annotated[Optional[float], typer.Option("--tpot-p99", help="Target p99 time per output token, s.")] = None,
     e2e_p99: Annotated[Optional[float], typer.Option("--e2e-p99", help="Target p99 end-to-end latency, s.")] = None,
+    goodput: Annotated[Optional[float], typer.Option(help="Instead of p99s: the share of requests (0.9) that must meet the TTFT, TPOT and E2E limits given, all at once.")] = None,
     gpu: Annotated[Optional[str], typer.Option(help="GPUs to consider: a list (H100-80GB,L40S); default every priced GPU.")] = None,
     tp: Annotated[str, typer.Option(help="Tensor-parallel degrees to consider.")] = DEFAULT_TPS,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV dtypes to consider: auto,fp8.")] = "auto",
     max_num_seqs: Annotated[Optional[str], typer.Option("--max-num-seqs", help="max_num_seqs values to consider (default vLLM's for the GPU).")] = None,
     block_size: Annotated[str, typer.Option("--block-size", help="KV block sizes to consider: 16,32.")] = "16",
     prefix_caching: Annotated[str, typer.Option("--prefix-caching", help="Automatic prefix caching: on, off, or on,off to compare.")] = "on",
+    quantization: Annotated[str, typer.Option(help="Weights to consider: none (the checkpoint's), fp8, awq, gptq-int4, gptq-int8 (the re-uploads quantized so).")] = "none",
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs in one node: no TP degree above it (one replica stays in a node).")] = 8,
     price: Annotated[Optional[list[str]], typer.Option(help="Override a price: GPU=USD per GPU-hour (repeatable).")] = None,
     prices: Annotated[Optional[Path], typer.Option(help="A price file replacing the shipped table (same JSON shape).")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Evaluations in parallel (default: every core).")] = None,
@@ -61,6 +64,12 @@ def plan(
     for name, value in (("--ttft-p99", ttft_p99), ("--tpot-p99", tpot_p99), ("--e2e-p99", e2e_p99)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UsageError(f"expected a positive number of seconds, got {value}", field=name)
+    if goodput is not None:
+        if not (math.isfinite(goodput) and 0 < goodput <= 1):
+            raise UsageError(f"expected a share of requests in (0, 1], got {goodput}", field="--goodput")
+        if ttft_p99 is None and tpot_p99 is None and e2e_p99 is None:
+            raise UsageError("a goodput needs the limits to meet: --ttft-p99, --tpot-p99 or --e2e-p99",
+                             field="--goodput")
     from kvplan.report.files import distinct_outputs
 
     for name, target in (("--csv", csv), ("--plot", plot), ("--html", html)):
@@ -71,13 +80,19 @@ def plan(
     distinct_outputs({"--csv": csv, "--plot": plot, "--html": html})
     table, meta = load_prices(prices, price)
     gpus = _gpus(gpu, table)
+    if not 1 <= gpus_per_node <= 64:
+        raise UsageError(f"expected 1 to 64 GPUs per node, got {gpus_per_node}", field="--gpus-per-node")
     tps = [_int(t, "--tp", 1, 64) for t in tp.split(",")]
+    if not any(t <= gpus_per_node for t in tps):
+        raise UsageError(f"every TP degree of {tp!r} exceeds the {gpus_per_node} GPUs of a node", field="--tp")
+    tps = [t for t in tps if t <= gpus_per_node]
+    quants = _quantizations(quantization, model)
     dtypes = [d.strip() for d in kv_dtype.split(",") if d.strip()]
     seqs = [_int(s, "--max-num-seqs", 1, 65_536) for s in max_num_seqs.split(",")] if max_num_seqs else [None]
     blocks = [_int(b, "--block-size", 1, 4096) for b in block_size.split(",")]
     caching = [_switch(c) for c in prefix_caching.split(",")]
-    configs = [Config(g, t, d, s, b, c) for g in gpus for t in tps for d in dtypes for b in blocks for c in caching
-               for s in seqs]
+    configs = [Config(g, t, d, s, b, c, q) for g in gpus for t in tps for q in quants for d in dtypes for b in blocks
+               for c in caching for s in seqs]
     n = workers if workers is not None else (os.cpu_count() or 1)
     if not 1 <= n <= 1024:
         raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
@@ -87,7 +102,7 @@ def plan(
         traffic = from_workload(workload, rate, count)
     else:
         traffic = Traffic(rate, p, o, 2000 if count is None else count)
-    targets = Targets(ttft_p99, tpot_p99, e2e_p99)
+    targets = Targets(ttft_p99, tpot_p99, e2e_p99, goodput)
     from kvplan.cli.progress import StderrBar
 
     with StderrBar("planning", len(configs), enabled=not json) as bar:
@@ -143,6 +158,20 @@ def _int(text: str, field: str, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise UsageError(f"expected {lo} to {hi}, got {value}", field=field)
     return value
+
+
+def _quantizations(text: str, model: str) -> list[str]:
+    from kvplan.model.resolve import QUANT_SUFFIXES
+    from kvplan.plan.space import WEIGHT_QUANTIZATIONS
+
+    out = [q.strip().lower() for q in text.split(",") if q.strip()]
+    for q in out:
+        if q not in WEIGHT_QUANTIZATIONS:
+            raise UsageError(f"expected some of {', '.join(WEIGHT_QUANTIZATIONS)}, got {q!r}", field="--quantization")
+    if any(q != "none" for q in out) and any(model.lower().endswith(("-" + s, "_" + s)) for s in QUANT_SUFFIXES):
+        raise UsageError(f"{model} is quantized already; give its unquantized id to compare weights",
+                         field="--quantization")
+    return out or ["none"]
 
 
 def _switch(text: str) -> bool:

@@ -40,20 +40,45 @@ STOP_CHUNK = 256  # requests per chunk of a rate run: how often it may stop earl
 
 @dataclass(frozen=True, slots=True)
 class Targets:
-    """p99 latency targets in seconds (None: no target)."""
+    """Latency targets in seconds (None: no target): p99s of TTFT, TPOT and E2E; or, with
+    `goodput`, limits that at least that share of the requests must meet all at once (DistServe's
+    SLO attainment: a request counts when its TTFT, its TPOT and its E2E are each within the limit
+    given)."""
 
     ttft_p99: float | None = None
     tpot_p99: float | None = None
     e2e_p99: float | None = None
+    goodput: float | None = None
 
-    def met_by(self, result) -> bool:
+    def met_by(self, result, frontend_s: float = 0.0) -> bool:
+        """`frontend_s`: the API server's latency the engine adds to TTFT and E2E (goodput counts
+        per request from the records, so it adds it the same way)."""
         if result is None:  # a run stopped once it was certain to miss
             return False
+        if self.goodput is not None:
+            return attainment(self, result, frontend_s) >= self.goodput
         for target, stats in ((self.ttft_p99, result.ttft), (self.tpot_p99, result.tpot),
                               (self.e2e_p99, result.e2e)):
             if target is not None and (stats.p99 is None or stats.p99 > target):
                 return False
         return True
+
+
+def attainment(targets: Targets, result, frontend_s: float = 0.0) -> float:
+    """The share of a run's requests within every limit of `targets` (needs its request records)."""
+    import numpy as np
+
+    cols = result.requests.columns
+    arrival, first, finish, out = cols["arrival"], cols["first_token"], cols["finish"], cols["output"]
+    ok = np.ones(len(out), dtype=bool)
+    if targets.ttft_p99 is not None:
+        ok &= (first < 0) | (first - arrival + frontend_s <= targets.ttft_p99)
+    if targets.e2e_p99 is not None:
+        ok &= finish - arrival + frontend_s <= targets.e2e_p99
+    if targets.tpot_p99 is not None:
+        many = out > 1
+        ok[many] &= (finish[many] - first[many]) / (out[many] - 1) <= targets.tpot_p99
+    return float(ok.mean()) if len(ok) else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +180,8 @@ def evaluate(model: str, traffic: Traffic, targets: Targets, config: Config,
     total = min(traffic.count, wl.num_requests)
     scout = total if total <= SCOUT_MIN else max(SCOUT_MIN, total // SCOUT_SHARE)
     used = reused = 0
+    records = targets.goodput is not None  # goodput counts per request
+    frontend_s = setup.clock.frontend / setup.clock.ticks_per_unit
 
     def at(n: int, k: int | None):
         nonlocal used, reused
@@ -173,7 +200,7 @@ def evaluate(model: str, traffic: Traffic, targets: Targets, config: Config,
         # stops as soon as its verdict is certain (None: it misses)
         f = scale / grid_rate(k)
         make = lambda: _small_chunks(replace(c, arrival=c.arrival * f) for c in first(base(), n))  # noqa: E731
-        rule, peak = _doomed(targets, n, setup.clock.ticks_per_unit, traffic.output), [0]
+        rule, peak = _doomed(targets, n, setup.clock.ticks_per_unit), [0]
 
         def stop(state) -> bool:
             if rule(state):
@@ -181,13 +208,13 @@ def evaluate(model: str, traffic: Traffic, targets: Targets, config: Config,
                 return True
             return False
 
-        result = simulate(replace(wl, make_requests=make), spec, setup=setup,
+        result = simulate(replace(wl, make_requests=make), spec, setup=setup, record_requests=records,
                           stop=None if rule is None else stop)
         runs.put(key, cap, peak[0] if result is None else result.peak_running, result)
         return result
 
     def passes(n: int, k: int) -> bool:
-        return targets.met_by(at(n, k))
+        return targets.met_by(at(n, k), frontend_s)
 
     saturated = at(scout, None).throughput_rps
     # the lowest rate tried: none so low that the arrivals would span more than LONGEST_SPAN_S
@@ -270,43 +297,48 @@ def _small_chunks(chunks):
             yield sliced(c, s, s + STOP_CHUNK)
 
 
-def _doomed(targets: Targets, count: int, per_unit: float, output: float):
-    """A stop rule for a run of `count` requests: True once enough of them are certain to pass a
-    target that its p99 must (numpy's p99 is at least the value of rank floor(0.99 x (count - 1)),
-    so count - that rank values above a target put it above).
+def _doomed(targets: Targets, count: int, per_unit: float):
+    """A stop rule for a run of `count` requests: True once enough of them are certainly late
+    that the run must miss. For p99s: count - floor(0.99 x (count - 1)) late values put numpy's
+    p99 above a target (it is at least the value of that rank; for TPOT, counted over the requests
+    with more than one output token, `count` bounds their number, and the rank's count only grows
+    with it). For goodput g: count - ceil(g x count) + 1 requests late on any limit.
 
     A request is certainly late for TTFT or E2E once its first token (or its end) came later than
     the target after it reached the engine, or it is still waiting past that: the result measures
     from the client's send, no later, and adds the API server's latency. For TPOT, once the time
-    since its first token, finished or not, passes target x (output - 1) (fixed outputs only: the
-    TPOT p99 is over the requests with more than one output token). The rule never stops a run
-    that would pass."""
+    since its first token, finished or not, passes target x (its output - 1). The rule never
+    stops a run that would pass."""
+    import numpy as np
+
     from kvplan.sim import kernel as K
 
-    need = count - math.floor(0.99 * (count - 1))
-    limits = [(col, target * per_unit * (1 + 1e-9) + 1) for col, target in
+    tol = 1 + 1e-9
+    if targets.goodput is not None:
+        need = count - math.ceil(targets.goodput * count - 1e-9) + 1
+    else:
+        need = count - math.floor(0.99 * (count - 1))
+    limits = [(col, target * per_unit * tol + 1) for col, target in
               ((K.FIRST_TOKEN_AT, targets.ttft_p99), (K.FINISHED_AT, targets.e2e_p99)) if target is not None]
-    tpot = None
-    if targets.tpot_p99 is not None and float(output).is_integer() and output > 1:
-        tpot = targets.tpot_p99 * per_unit * (1 + 1e-9) * (output - 1) + 1
+    tpot = None if targets.tpot_p99 is None else targets.tpot_p99 * per_unit * tol
     if not limits and tpot is None:
         return None
 
     def stop(state) -> bool:
         req = state.req[:state.loaded]
         now, arrival = int(state.st[K.NOW]), req[:, K.ARRIVAL]
+        lates = []
         for col, limit in limits:
             at = req[:, col]
-            late = ((at >= 0) & (at - arrival > limit)) | ((at < 0) & (now - arrival > limit))
-            if int(late.sum()) >= need:
-                return True
+            lates.append(((at >= 0) & (at - arrival > limit)) | ((at < 0) & (now - arrival > limit)))
         if tpot is not None:
-            first, finish = req[:, K.FIRST_TOKEN_AT], req[:, K.FINISHED_AT]
-            decoding = (first >= 0) & (req[:, K.OUTPUT] > 1)
-            late = decoding & (((finish >= 0) & (finish - first > tpot)) | ((finish < 0) & (now - first > tpot)))
-            if int(late.sum()) >= need:
-                return True
-        return False
+            first, finish, out = req[:, K.FIRST_TOKEN_AT], req[:, K.FINISHED_AT], req[:, K.OUTPUT]
+            limit = tpot * (out - 1) + 1
+            end = np.where(finish >= 0, finish, now)
+            lates.append((first >= 0) & (out > 1) & (end - first > limit))
+        if targets.goodput is not None:
+            return int(np.logical_or.reduce(lates).sum()) >= need
+        return any(int(late.sum()) >= need for late in lates)
 
     return stop
 

@@ -27,6 +27,9 @@ class Traffic:
     max_model_len: int | None = None
 
 
+WEIGHT_QUANTIZATIONS = ("none", "fp8", "awq", "gptq-int4", "gptq-int8")  # kvplan/model/resolve.QUANT_SUFFIXES
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Config:
     gpu: str
@@ -35,6 +38,7 @@ class Config:
     max_num_seqs: int | None = None  # None: vllm serve's default for the GPU
     block_size: int = 16
     prefix_caching: bool = True  # vLLM V1's default
+    quantization: str = "none"  # the weights: the checkpoint's, or a re-upload's (WEIGHT_QUANTIZATIONS)
 
     @property
     def label(self) -> str:
@@ -42,12 +46,18 @@ class Config:
         kv = f" kv {self.kv_dtype}" if self.kv_dtype != "auto" else ""
         block = f" B{self.block_size}" if self.block_size != 16 else ""
         cache = "" if self.prefix_caching else " no-cache"
-        return f"{self.gpu} x{self.tp}{kv}{seqs}{block}{cache}"
+        weights = "" if self.quantization == "none" else f" w-{self.quantization}"
+        return f"{self.gpu} x{self.tp}{weights}{kv}{seqs}{block}{cache}"
+
+    def model_id(self, model: str) -> str:
+        """The model served: `model`, or its re-upload quantized as `quantization` ("-FP8", "-AWQ",
+        "-GPTQ-Int4": the suffixes kvplan's resolver reads as such re-uploads' quantization)."""
+        return model if self.quantization == "none" else f"{model}-{self.quantization}"
 
     @property
     def group(self) -> tuple:
         """Configurations of one group differ only in max_num_seqs (see _Runs)."""
-        return (self.gpu, self.tp, self.kv_dtype, self.block_size, self.prefix_caching)
+        return (self.gpu, self.tp, self.kv_dtype, self.block_size, self.prefix_caching, self.quantization)
 
 
 def from_workload(path: Path, rate: float | None, count: int | None) -> Traffic:
@@ -94,7 +104,7 @@ def config_workload(model: str, traffic: Traffic, config: Config):
     """The serve workload of one configuration at rate 1 (arrivals are scaled per run)."""
     from kvplan.experiments import flag_workload, load_text
 
-    text = flag_workload(model, config.gpu, config.tp, 1.0, str(max(1, round(traffic.prompt))),
+    text = flag_workload(config.model_id(model), config.gpu, config.tp, 1.0, str(max(1, round(traffic.prompt))),
                          str(max(0, round(traffic.output))), traffic.count, kv_dtype=config.kv_dtype,
                          max_num_seqs=config.max_num_seqs, block_size=config.block_size,
                          prefix_caching=config.prefix_caching, max_model_len=traffic.max_model_len)

@@ -12,7 +12,7 @@ import html
 import io
 from pathlib import Path
 
-from kvplan.report.plan_view import answer_sentence, traffic_words
+from kvplan.report.plan_view import answer_sentence, targets_words, traffic_words
 
 
 def plot_frontier(doc: dict, path: Path | io.StringIO, fmt: str | None = None) -> None:
@@ -75,7 +75,7 @@ def render_html(doc: dict) -> str:
         f"<li>{esc(gpu)}: ${row.get('usd_per_gpu_hour')}/GPU-hour, {esc(str(row.get('provider', '')))} "
         f"({esc(str(row.get('date', '')))}) <a href=\"{esc(str(row.get('source', '')))}\">source</a></li>"
         for gpu, row in sorted(doc.get("prices", {}).items()))
-    targets = ", ".join(f"{k.replace('_', ' ')} {v:g} s" for k, v in g.items() if v is not None) or "none"
+    targets = targets_words(g)
     head = ("#", "configuration", "replicas", "GPUs", "$/hour", "$/M output tokens", "req/s per replica",
             "p99 TTFT s", "p99 TPOT ms")
     return f"""<!DOCTYPE html>
@@ -96,7 +96,7 @@ td:nth-child(2), th:nth-child(2) {{ text-align: left; }} .answer {{ font-size: 1
 <h2>Assumptions</h2>
 <ul id="assumptions">
 <li>Traffic: {esc(traffic_words(t))}, {esc(arrivals)}; {t['count']:,} requests simulated per evaluation.</li>
-<li>Targets: {esc(targets)} (p99 over the simulated requests).</li>
+<li>Targets: {esc(targets)}.</li>
 <li>Memory: vLLM's start-up profile as <code>kvplan size</code> computes it; a configuration vLLM would not start is left out.
 Serving: kvplan's serve engine with vLLM V1's scheduler defaults and its fitted step-time model.</li>
 <li>Prices (on-demand list prices; they go stale):<ul>{prices}</ul></li>

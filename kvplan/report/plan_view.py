@@ -7,8 +7,8 @@ from pathlib import Path
 
 from kvplan.report.output import console, print_table
 
-CSV_FIELDS = ("rank", "config", "gpu", "tp", "kv_dtype", "max_num_seqs", "block_size", "prefix_caching", "feasible", "replicas", "gpus",
-              "usd_per_gpu_hour", "cost_per_hour", "cost_per_million_tokens", "rate_per_replica",
+CSV_FIELDS = ("rank", "config", "gpu", "tp", "quantization", "kv_dtype", "max_num_seqs", "block_size", "prefix_caching",
+              "feasible", "replicas", "gpus", "usd_per_gpu_hour", "cost_per_hour", "cost_per_million_tokens", "rate_per_replica",
               "ttft_p99", "tpot_p99", "e2e_p99", "reason")
 
 
@@ -28,6 +28,15 @@ def traffic_words(t: dict) -> str:
     return f"{t['rate']:g} requests/s of {t['prompt']:,} + {t['output']:,.0f} tokens"
 
 
+def targets_words(g: dict) -> str:
+    """"p99 TTFT <= 2 s, p99 TPOT <= 0.05 s", or "90% of requests within TTFT 2 s and TPOT 0.05 s"."""
+    limits = [(k.removesuffix("_p99").upper(), v) for k, v in g.items() if k != "goodput" and v is not None]
+    if g.get("goodput") is not None:
+        return (f"{100 * g['goodput']:g}% of requests within " + " and ".join(f"{k} {v:g} s" for k, v in limits)
+                + " at once")
+    return ", ".join(f"p99 {k} <= {v:g} s" for k, v in limits) or "none"
+
+
 def answer_sentence(doc: dict) -> str:
     best = doc["answer"]
     t = doc["traffic"]
@@ -36,10 +45,14 @@ def answer_sentence(doc: dict) -> str:
     c = best["config"]
     gpus = f"{best['gpus']} GPU" + ("s" if best["gpus"] != 1 else "")
     kv = f", KV {c['kv_dtype']}" if c["kv_dtype"] != "auto" else ""
+    if c.get("quantization", "none") != "none":
+        kv = f", weights {c['quantization']}" + kv
     return (f"Rent {best['replicas']} x {c['tp']} {c['gpu']} ({gpus}{kv}): "
             f"{_money(best['cost_per_hour'])}/hour, {_money(best['cost_per_million_tokens'])} per million output "
             f"tokens, for {traffic_words(t)} at p99 TTFT {best['ttft_p99']:.2f} s and p99 TPOT "
-            f"{1e3 * best['tpot_p99']:.0f} ms ({best['rate_per_replica']:.2f} requests/s per replica).")
+            f"{1e3 * best['tpot_p99']:.0f} ms ({best['rate_per_replica']:.2f} requests/s per replica"
+            + (f"; {targets_words(doc['targets'])}" if doc.get("targets", {}).get("goodput") is not None else "")
+            + ").")
 
 
 def render_plan(doc: dict, top: int = 15) -> None:
@@ -81,7 +94,7 @@ def write_plan_csv(doc: dict, path: Path) -> None:
         writer.writerow(CSV_FIELDS)
         for i, r in enumerate(doc["results"], 1):
             c = r["config"]
-            writer.writerow([i, c["label"], c["gpu"], c["tp"], c["kv_dtype"], c["max_num_seqs"] or "",
+            writer.writerow([i, c["label"], c["gpu"], c["tp"], c["quantization"], c["kv_dtype"], c["max_num_seqs"] or "",
                              c["block_size"], c["prefix_caching"], r["feasible"], r["replicas"], r["gpus"], r["usd_per_gpu_hour"], r["cost_per_hour"],
                              r["cost_per_million_tokens"], r["rate_per_replica"], r["ttft_p99"], r["tpot_p99"],
                              r["e2e_p99"], r["reason"] or ""])
