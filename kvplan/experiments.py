@@ -50,6 +50,10 @@ def document(workload: Workload, *, block_sizes: Sequence[int] | None = None,
             from kvplan.replay.documents import sharing_document
 
             return sharing_document(workload)
+        if workload.experiment == "fleet":
+            from kvplan.fleet.run import fleet_document
+
+            return fleet_document(workload)
         from kvplan.sim.engine import serve_document
 
         return serve_document(workload)

@@ -16,11 +16,12 @@ RANK = {
     "model": 2, "memory": 2,
     "workload": 3,
     "sim": 4, "replay": 4, "backends": 4,
-    "experiments": 5,
-    "plan": 6,
-    "report": 6,
-    "check": 7,
-    "cli": 8, "__main__": 9, "__init__": 9,
+    "fleet": 5,
+    "experiments": 6,
+    "plan": 7,
+    "report": 7,
+    "check": 8,
+    "cli": 9, "__main__": 10, "__init__": 10,
 }  # fmt: skip
 
 

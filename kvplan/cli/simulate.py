@@ -71,7 +71,7 @@ def simulate(
     for option, value, allowed in (("--csv", csv, ("serve",)), ("--rates", rates, ("serve",)),
                                    ("--cache-blocks", cache_blocks, ("prefix",)),
                                    ("--block-sizes", block_sizes, ("capacity", "serve")),
-                                   ("--plot", plot, ("capacity", "serve", "prefix"))):
+                                   ("--plot", plot, ("capacity", "serve", "prefix", "fleet"))):
         if value is not None and wl.experiment not in allowed:
             raise UsageError(f"applies to {' and '.join(allowed)} experiments, and {workload} is a "
                              f"{wl.experiment} experiment", field=option)
@@ -131,6 +131,8 @@ def _simulate_document(wl, as_json: bool, plot: Optional[Path], options: dict) -
     doc = document(wl, block_sizes=options["block_sizes"], cache_blocks=options["cache_blocks"])
     if wl.experiment == "capacity":
         from kvplan.report.capacity_view import plot_capacity as draw, render_capacity as render
+    elif wl.experiment == "fleet":
+        from kvplan.report.fleet_view import plot_fleet as draw, render_fleet as render
     elif wl.experiment == "prefix":
         from kvplan.report.prefix_view import plot_prefix as draw, render_prefix as render
     else:

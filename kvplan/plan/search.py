@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-from kvplan.plan.space import Config, Traffic, config_workload, first, sliced
+from kvplan.plan.space import Config, Traffic, config_workload, first
 
 __all__ = ["Config", "Evaluation", "Targets", "Traffic", "evaluate", "pareto", "rank", "search"]
 
@@ -294,7 +294,7 @@ def _edge(passes: Callable[[int], bool], start: int, floor: int, ceiling: int) -
 def _small_chunks(chunks):
     for c in chunks:
         for s in range(0, len(c), STOP_CHUNK):
-            yield sliced(c, s, s + STOP_CHUNK)
+            yield c.take(slice(s, s + STOP_CHUNK))
 
 
 def _doomed(targets: Targets, count: int, per_unit: float):

@@ -118,19 +118,13 @@ def config_workload(model: str, traffic: Traffic, config: Config):
                    extras=source.extras)
 
 
-def sliced(c, s: int, e: int):
-    return replace(c, arrival=c.arrival[s:e], prompt_len=c.prompt_len[s:e], output_len=c.output_len[s:e],
-                   hash_ids=None if c.hash_ids is None else c.hash_ids[s:e],
-                   cut=None if c.cut is None else c.cut[s:e])
-
-
 def first(chunks, n: int):
     """The first `n` requests of a stream of chunks."""
     left = n
     for c in chunks:
         if left <= 0:
             return
-        yield c if len(c) <= left else sliced(c, 0, left)
+        yield c if len(c) <= left else c.take(slice(0, left))
         left -= len(c)
 
 

@@ -148,6 +148,12 @@ def _hybrid_setup(workload: Workload, allocator: AllocatorSpec, clock: StepClock
 def clip_lengths(prompt, output, max_model_len: int, already=None) -> tuple[np.ndarray, np.ndarray, int]:
     """Apply the module's clipping rules; returns (prompt, output, number of requests changed),
     counting once a request that a trace reader had cut already (`already`, a mask)."""
+    p, o, changed = clipped_lengths(prompt, output, max_model_len, already)
+    return p, o, int(np.count_nonzero(changed))
+
+
+def clipped_lengths(prompt, output, max_model_len: int, already=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """clip_lengths with the mask of the requests changed."""
     p0 = np.asarray(prompt, dtype=np.int64)
     o0 = np.asarray(output, dtype=np.int64)
     if p0.size and (p0.min() < 1 or o0.min() < 0):
@@ -157,42 +163,64 @@ def clip_lengths(prompt, output, max_model_len: int, already=None) -> tuple[np.n
     changed = (p != p0) | (o != o0)
     if already is not None:
         changed |= already
-    return p, o, int(np.count_nonzero(changed))
+    return p, o, changed
 
 
-def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChunk]:
-    """The workload's requests, chunk by chunk, clipped, in ticks, with reservations.
+class ChunkPreparer:
+    """Requests made ready for one run, chunk after chunk: clipped, in ticks, with reservations.
 
     With the physical clock's API-server service time s, requests reach the engine one at a time:
     the engine sees request i at max(sent_i, seen_{i-1} + s) (one server, in arrival order), so a
-    burst of N requests spreads over N x s; latencies still count from the client's send."""
-    from kvplan.workload.prefixes import request_stream
+    burst of N requests spreads over N x s; latencies still count from the client's send. The
+    state carried from chunk to chunk (the last arrival, the server's last request, the prefix
+    trie) belongs to one run: a fleet keeps one per replica."""
 
-    last = -1
-    service = setup.clock.frontend_service
-    seen_last = None
-    trie = PrefixTrie(setup.block_size) if setup.prefix_caching else None
-    for chunk in request_stream(workload):
-        if len(chunk) == 0:
-            continue
-        ticks = setup.clock.arrival_ticks(chunk.arrival)
-        if ticks[0] < last or (len(ticks) > 1 and np.any(np.diff(ticks) < 0)):
+    def __init__(self, setup: SimSetup) -> None:
+        self.setup = setup
+        self.last = -1
+        self.seen_last: int | None = None
+        self.trie = PrefixTrie(setup.block_size) if setup.prefix_caching else None
+
+    def convert(self, chunk) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What does not depend on the run's past: arrival ticks, clipped prompt and output, and
+        which were clipped (a fleet converts a batch once per group, then prepares each replica's
+        share of it with `prepare_parts`)."""
+        ticks = self.setup.clock.arrival_ticks(chunk.arrival)
+        return (ticks, *clipped_lengths(chunk.prompt_len, chunk.output_len, self.setup.sched.max_model_len,
+                                        chunk.cut))
+
+    def prepare(self, chunk) -> PreparedChunk:
+        return self.prepare_parts(chunk, *self.convert(chunk))
+
+    def prepare_parts(self, chunk, ticks, p, o, changed) -> PreparedChunk:
+        """`chunk`'s requests converted already (`convert`); `chunk` is read only for its hash ids."""
+        setup = self.setup
+        if ticks[0] < self.last or (len(ticks) > 1 and np.any(np.diff(ticks) < 0)):
             raise WorkloadError("request arrivals must be in nondecreasing order", field="arrival")
-        last = int(ticks[-1])
-        p, o, clipped = clip_lengths(chunk.prompt_len, chunk.output_len, setup.sched.max_model_len,
-                                     chunk.cut)
-        ids = trie.encode(chunk, p) if trie is not None else None
+        self.last = int(ticks[-1])
+        clipped = int(np.count_nonzero(changed))
+        ids = self.trie.encode(chunk, p) if self.trie is not None else None
         if setup.paged:
             reserve = np.zeros_like(p)
         else:
             reserve = contiguous_reservations(p + o - 1, setup.policy, setup.limit)  # final KV held
+        service = setup.clock.frontend_service
         if service > 0:
             steps = service * np.arange(len(ticks), dtype=np.int64)
             floor = np.maximum.accumulate(ticks - steps)
-            if seen_last is not None:
-                floor = np.maximum(floor, seen_last + service)
+            if self.seen_last is not None:
+                floor = np.maximum(floor, self.seen_last + service)
             seen = floor + steps
-            seen_last = int(seen[-1])
-            yield PreparedChunk(seen, p, o, reserve, clipped, sent=ticks, ids=ids)
-            continue
-        yield PreparedChunk(ticks, p, o, reserve, clipped, ids=ids)
+            self.seen_last = int(seen[-1])
+            return PreparedChunk(seen, p, o, reserve, clipped, sent=ticks, ids=ids)
+        return PreparedChunk(ticks, p, o, reserve, clipped, ids=ids)
+
+
+def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChunk]:
+    """The workload's requests, chunk by chunk, ready for the engine (ChunkPreparer)."""
+    from kvplan.workload.prefixes import request_stream
+
+    preparer = ChunkPreparer(setup)
+    for chunk in request_stream(workload):
+        if len(chunk):
+            yield preparer.prepare(chunk)

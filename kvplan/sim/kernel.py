@@ -111,7 +111,10 @@ PC_HITS = 32        # prefix caching: their prompt tokens found cached
 PC_HITS_ALL = 33    # prefix caching: tokens found cached at every admission (re-admissions too)
 PC_EVICTED = 34     # prefix caching: cached blocks evicted for new data
 PC_REUSED = 35      # prefix caching: hits on a cached block no running request held
-NUM_SCALARS = 36
+HORIZON = 36        # before the last chunk: the run may go on to this tick even past the last
+                    # arrival loaded (a fleet's router has sent it nothing before then); 0: none
+IDLE = 37           # ticks spent idle, nothing running or waiting (busy time = span - IDLE)
+NUM_SCALARS = 38
 
 # -- cfg[SETTING]: fixed for the run ---------------------------------------------------------------
 PAGED = 0           # 1 paged, 0 contiguous
@@ -747,6 +750,7 @@ def account_span(cfg, st, req, acc, timeline, dt, n, waiting, tokens, alloc, fin
 def idle_until(cfg, st, req, acc, timeline, until):
     """Nothing runs or waits: advance the clock to `until` (the next arrival)."""
     account_span(cfg, st, req, acc, timeline, until - st[NOW], ZERO, ZERO, ZERO, ZERO, ZERO, cfg[TAIL_SLOTS])
+    st[IDLE] += until - st[NOW]
     st[NOW] = until
 
 
@@ -1219,8 +1223,8 @@ def try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, t
     fresh = st[NEXT_FRESH]
     if st[REQUEUE_LEN] == 0 and st[SWAPPED_LEN] == 0 and fresh < st[LOADED] and req[fresh, ARRIVAL] > st[NOW]:
         stop = req[fresh, ARRIVAL]  # the queue is empty and this arrival could be admitted
-    if st[ALL_LOADED] == 0:
-        stop = min(stop, req[st[LOADED] - 1, ARRIVAL])  # never step past what is loaded
+    if st[ALL_LOADED] == 0:  # never step past what is loaded (or the horizon beyond it)
+        stop = min(stop, max(req[st[LOADED] - 1, ARRIVAL], st[HORIZON]))
     if stop < INF:
         flat, base, slope, jstar = jump_params(cfg, h0, n)
         k = steps_before(stop - st[NOW], k, flat, base, slope, jstar)
@@ -1242,7 +1246,7 @@ def run(cfg, st, req, px, running, sched, requeued, swapped, run_start, run_len,
         if t > CLOCK_LIMIT:
             return 3
         loaded = st[LOADED]
-        if st[ALL_LOADED] == 0 and t >= req[loaded - 1, ARRIVAL]:
+        if st[ALL_LOADED] == 0 and t >= max(req[loaded - 1, ARRIVAL], st[HORIZON]):
             return 1
         fresh = st[NEXT_FRESH]
         arrived = fresh < loaded and req[fresh, ARRIVAL] <= t

@@ -225,19 +225,21 @@ def breakdown_integrals(raw: RawRun, setup: SimSetup) -> dict[str, int]:
     return dict(zip(BREAKDOWN_KEYS, parts))
 
 
-def _latencies(raw: RawRun, per_unit: int, frontend: int = 0) -> dict[str, Stats]:
-    """Latencies as a client measures them: `frontend` ticks (the API server's request and
-    first-response handling, outside the GPU's steps) are added to TTFT and E2E."""
+def latency_arrays(raw: RawRun, per_unit: int, frontend: int = 0) -> dict[str, np.ndarray]:
+    """Per-request latencies as a client measures them, in the run's unit: `frontend` ticks (the
+    API server's request and first-response handling, outside the GPU's steps) are added to TTFT
+    and E2E; TPOT is over the requests with more than one output token."""
     arrival, out = (raw.arrival if raw.sent is None else raw.sent), raw.output
     e2e = (raw.finish - arrival + frontend) / per_unit
     ttft = (raw.first_token - arrival + frontend) / per_unit
     many = out > 1
     tpot = ((raw.finish - raw.first_token)[many] / per_unit) / (out[many] - 1)
-    return {
-        "ttft": Stats.of(ttft), "tpot": Stats.of(tpot), "e2e": Stats.of(e2e),
-        "normalized_latency": Stats.of(e2e / out),
-        "queue_delay": Stats.of((raw.admitted - arrival) / per_unit),
-    }
+    return {"ttft": ttft, "tpot": tpot, "e2e": e2e, "normalized_latency": e2e / out,
+            "queue_delay": (raw.admitted - arrival) / per_unit}
+
+
+def _latencies(raw: RawRun, per_unit: int, frontend: int = 0) -> dict[str, Stats]:
+    return {k: Stats.of(v) for k, v in latency_arrays(raw, per_unit, frontend).items()}
 
 
 def _timeline(raw: RawRun, setup: SimSetup) -> Timeline:

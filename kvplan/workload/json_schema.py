@@ -96,6 +96,18 @@ def workload_schema() -> dict:
         "scheduler": _closed(scheduler_props), "timing": _closed(timing_props),
         "prefix": {"type": "object", "description": "experiment prefix: shared prompts (workloads/SCHEMA.md)"},
         "sampling": {"type": "object", "description": "experiment sharing: parallel sampling and beam search"},
+        "replicas": {"type": "array", "minItems": 1, "description": "experiment fleet: replica groups",
+                     "items": _closed({"name": {"type": "string"}, "count": {"type": "integer", "minimum": 1},
+                                       "model": {"type": "string"}, "gpu": {"type": "string"},
+                                       "tp": {"type": "integer", "minimum": 1}, "kv_dtype": {"enum": list(KV_DTYPE_CHOICES)},
+                                       "pool": pool, "scheduler": _closed(scheduler_props),
+                                       "allocators": {"type": "array", "items": allocator, "minItems": 1},
+                                       "timing": _closed(timing_props)}, ())},
+        "router": {"description": "experiment fleet: the router (kvplan/fleet/routers.py)", "anyOf": [
+            {"enum": ["round_robin", "random", "least_outstanding", "least_kv", "prefix_aware"]},
+            _closed({"policy": {"enum": ["round_robin", "random", "least_outstanding", "least_kv", "prefix_aware"]},
+                     "sync_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+                     "overlap_weight": {"type": "number", "minimum": 0, "maximum": 1000}}, ())]},
     }
     assert set(top) == set(S.TOP_KEYS)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",

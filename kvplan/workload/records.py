@@ -6,7 +6,7 @@ million Python objects at once; readers yield chunks lazily.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -37,6 +37,15 @@ class RequestChunk:
 
     def __len__(self) -> int:
         return len(self.prompt_len)
+
+    def take(self, idx) -> "RequestChunk":
+        """The requests at `idx` (a slice, or an array of positions in order)."""
+        hashes = self.hash_ids
+        if hashes is not None:
+            hashes = hashes[idx] if isinstance(idx, slice) else [hashes[i] for i in np.asarray(idx).tolist()]
+        return replace(self, arrival=self.arrival[idx], prompt_len=self.prompt_len[idx],
+                       output_len=self.output_len[idx], hash_ids=hashes,
+                       cut=None if self.cut is None else self.cut[idx])
 
 
 @dataclass(frozen=True, slots=True)

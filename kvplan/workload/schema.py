@@ -60,7 +60,7 @@ from kvplan.workload.records import (
 )  # fmt: skip
 from kvplan.workload.yaml_nodes import YamlList, YamlMap, as_int, as_map, load_yaml
 
-EXPERIMENTS = ("capacity", "serve", "prefix", "sharing")
+EXPERIMENTS = ("capacity", "serve", "prefix", "sharing", "fleet")
 MAX_REQUESTS = 50_000_000
 MIN_EFFICIENCY = 0.01  # no GPU serves at under 1% of its bandwidth or peak; below it times stop being numbers
 MAX_SLOTS = 2**40
@@ -68,7 +68,7 @@ DEFAULT_MAX_MODEL_LEN = 8192
 DEFAULT_BATCH = (8192, 256)  # (max_num_batched_tokens, max_num_seqs) without a GPU
 DEFAULT_SWAP_SPACE = 4 * 2**30
 TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "pool", "requests",
-            "allocators", "scheduler", "timing", "prefix", "sampling")  # fmt: skip
+            "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router")  # fmt: skip
 
 POOL_KEYS = ("slots", "kv_memory", "gpu_memory_utilization")
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
@@ -347,6 +347,10 @@ def _extras(doc: YamlMap) -> dict:
             section = doc.get_map(key)
             extras[key] = section.to_python()
             extras.setdefault("yaml_nodes", {})[key] = section
+    if "replicas" in doc:  # experiment: fleet (kvplan/fleet/run.py reads them)
+        extras.setdefault("yaml_nodes", {})["replicas"] = doc.get_list("replicas")
+    if "router" in doc:
+        extras.setdefault("yaml_nodes", {})["router"] = doc.node("router")
     return extras
 
 

@@ -1,0 +1,63 @@
+"""Human output and plot of a fleet: one line for the fleet, a table per replica."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvplan.report.output import console, print_table
+
+
+def _ms(stats: dict, key: str) -> str:
+    v = stats.get(key)
+    return "-" if v is None else f"{1e3 * v:,.0f}"
+
+
+def fleet_sentence(doc: dict) -> str:
+    f, router = doc["fleet"], doc["router"]
+    hit = "" if f["prefix_hit_rate"] is None else f", prefix hit rate {100 * f['prefix_hit_rate']:.1f}%"
+    return (f"{doc['workload']}: {f['replicas']} replicas behind {router['policy']} served {f['completed']:,} "
+            f"requests, {f['throughput_rps']:,.2f} requests/s and {f['throughput_tps']:,.0f} output tokens/s; "
+            f"TTFT p50/p99 {_ms(f['ttft_s'], 'p50')}/{_ms(f['ttft_s'], 'p99')} ms, TPOT p99 "
+            f"{_ms(f['tpot_s'], 'p99')} ms, E2E p99 {f['e2e_s']['p99'] or 0:,.2f} s{hit}; "
+            f"load imbalance (max/mean busy time) {f['imbalance']:.2f}.")
+
+
+def render_fleet(doc: dict, top: int = 64) -> None:
+    from rich.table import Table
+
+    out = console()
+    out.print(fleet_sentence(doc))
+    table = Table(title="Replicas", title_justify="left")
+    for col in ("#", "group", "routed", "busy s", "req/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p99 ms",
+                "hit rate", "preempted"):
+        table.add_column(col, justify="left" if col == "group" else "right")
+    for r in doc["replicas"][:top]:
+        hit = (r.get("prefix_cache") or {}).get("prefix_hit_rate")
+        table.add_row(str(r["replica"]), r["group"], f"{r['routed']:,}", f"{r['busy_s']:,.1f}",
+                      f"{r['throughput_rps']:,.2f}", _ms(r["ttft_s"], "p50"), _ms(r["ttft_s"], "p99"),
+                      _ms(r["tpot_s"], "p99"), "-" if hit is None else f"{100 * hit:.1f}%", f"{r['preemptions']:,}")
+    print_table(out, table)
+    if len(doc["replicas"]) > top:
+        out.print(f"[dim]({len(doc['replicas']) - top} more replicas in --json)[/dim]")
+
+
+def plot_fleet(doc: dict, path: str | Path) -> None:
+    """Per replica: requests routed, busy time and p99 TTFT, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    reps = doc["replicas"]
+    x = [r["replica"] for r in reps]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharex=True)
+    for ax, values, label in ((axes[0], [r["routed"] for r in reps], "requests routed"),
+                              (axes[1], [r["busy_s"] for r in reps], "busy time, s"),
+                              (axes[2], [r["ttft_s"]["p99"] or 0 for r in reps], "TTFT p99, s")):
+        ax.bar(x, values, color="#4c72b0")
+        ax.set_title(label)
+        ax.set_xlabel("replica")
+    fig.suptitle(f"{doc['workload']}: {len(reps)} replicas, router {doc['router']['policy']}")
+    fig.tight_layout()
+    fig.savefig(path, format=Path(path).suffix.lstrip(".").lower() or "png")
+    plt.close(fig)
