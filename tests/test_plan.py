@@ -355,3 +355,20 @@ def test_a_lower_goodput_never_serves_less():
     for e in strict:
         assert loose[e.config].rate_per_replica >= e.rate_per_replica * 0.999
     assert any(loose[e.config].rate_per_replica > e.rate_per_replica for e in strict)
+
+
+def test_the_replica_count_is_checked_on_a_fleet_behind_the_router(planned):
+    """--router: the cheapest rows are simulated as fleets at the wanted rate; a row whose
+    estimate is one replica short grows until the fleet meets the targets."""
+    from dataclasses import replace
+
+    from kvplan.plan.fleet_check import check_on_fleet, checked
+
+    rows = checked(MODEL, TRAFFIC, TARGETS, planned, "least_outstanding", 2)
+    assert all(e.router == "least_outstanding" and e.replicas >= e.replicas_estimate for e in rows[:2])
+    assert all(TARGETS.ttft_p99 >= e.ttft_p99 and TARGETS.tpot_p99 >= e.tpot_p99 for e in rows[:2])
+    assert all(e.router is None for e in rows[2:])
+    e = next(e for e in planned if e.feasible and e.replicas >= 2)
+    short = check_on_fleet(MODEL, TRAFFIC, TARGETS, replace(e, replicas=1), "round_robin")
+    assert short.replicas_estimate == 1 and short.replicas >= 2  # one replica cannot take the whole rate
+    assert short.cost_per_hour == pytest.approx(short.replicas * e.config.tp * PRICES[e.config.gpu])

@@ -197,16 +197,22 @@ def simulate_fleet(workload: Workload, *, progress=None) -> FleetResult:
     """Route the workload's requests over its replicas and serve them (see the module docstring)."""
     from kvplan.workload.prefixes import request_stream
 
-    groups = read_groups(workload)
-    spec = RouterSpec.read(workload)
+    return run_fleet(read_groups(workload), RouterSpec.read(workload), request_stream(workload), workload.seed,
+                     total=workload.num_requests, progress=progress)
+
+
+def run_fleet(groups: list[Group], spec: RouterSpec, chunks, seed: int = 0, *, total: int = 0,
+              progress=None) -> FleetResult:
+    """The requests of `chunks` (RequestChunks in arrival order, prefixes applied) over the
+    replicas of `groups` behind the router `spec`."""
     replicas: list[Replica] = []
     for g in groups:
         setup = make_setup(g.workload, g.workload.allocators[0])
         replicas += [Replica(len(replicas), g, setup) for _ in range(g.count)]
-    router = make_router(spec, replicas, workload.seed)
+    router = make_router(spec, replicas, seed)
     per_unit = replicas[0].setup.clock.ticks_per_unit
     done = 0
-    for chunk in request_stream(workload):
+    for chunk in chunks:
         if not len(chunk):
             continue
         if not router.looks:
@@ -222,7 +228,7 @@ def simulate_fleet(workload: Workload, *, progress=None) -> FleetResult:
                 _split(window, router.assign(window), replicas)
         done += len(chunk)
         if progress is not None:
-            progress(done, workload.num_requests)
+            progress(done, total)
     for r in replicas:
         r.advance(0, final=True)
     return _result(spec, groups, replicas)
@@ -263,4 +269,4 @@ def fleet_document(workload: Workload, *, progress=None) -> dict:
             "time_unit": "s", **result.to_dict()}
 
 
-__all__ = ["FleetResult", "ROUTERS", "fleet_document", "simulate_fleet"]
+__all__ = ["FleetResult", "Group", "ROUTERS", "fleet_document", "run_fleet", "simulate_fleet"]

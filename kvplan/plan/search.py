@@ -97,6 +97,8 @@ class Evaluation:
     e2e_p99: float | None = None
     evaluations: int = 0  # serve runs the search used
     reused: int = 0  # of them, runs a configuration of its group had made already (identical, see _Runs)
+    router: str | None = None  # replicas checked by a fleet simulation behind this router (kvplan/plan/fleet_check.py)
+    replicas_estimate: int = 0  # with a router: ceil(rate / rate per replica), before the fleet's check
 
     @property
     def feasible(self) -> bool:

@@ -52,6 +52,7 @@ def answer_sentence(doc: dict) -> str:
             f"tokens, for {traffic_words(t)} at p99 TTFT {best['ttft_p99']:.2f} s and p99 TPOT "
             f"{1e3 * best['tpot_p99']:.0f} ms ({best['rate_per_replica']:.2f} requests/s per replica"
             + (f"; {targets_words(doc['targets'])}" if doc.get("targets", {}).get("goodput") is not None else "")
+            + (f"; checked on a fleet behind {best['router']}" if best.get("router") else "")
             + ").")
 
 
