@@ -442,11 +442,19 @@ def _falcon_h1_mamba(cfg: ConfigReader, hidden: int) -> Mamba2Shape:
         width = cfg.int("mamba_expand", default=2) * hidden
     else:
         width = cfg.int("mamba_d_ssm")
+    return _mamba2_of_width(cfg, width, "")
+
+
+def _mamba2_of_width(cfg: ConfigReader, width: int, how: str) -> Mamba2Shape:
+    """A Mamba2 mixer of `width` read with the `mamba_*` keys Falcon-H1 and Granite 4.0 share:
+    `mamba_n_heads` (128) heads of `mamba_d_head` ("auto": width / heads), `mamba_n_groups` (1)
+    groups of `mamba_d_state` (256), a `mamba_d_conv` (4) wide convolution; heads x d_head must
+    make the width (`how`: where the width came from, for the error)."""
     n_heads = cfg.int("mamba_n_heads", default=128)
     d_head_raw = cfg.raw.get("mamba_d_head", "auto")
     d_head = width // n_heads if d_head_raw in ("auto", None) else cfg.int("mamba_d_head")
     if n_heads * d_head != width:
-        raise ConfigError(f"{n_heads} heads x {d_head} do not make the Mamba width {width}",
+        raise ConfigError(f"{n_heads} heads x {d_head} do not make the Mamba width {width}{how}",
                           file=cfg.source, field="mamba_d_head")
     return Mamba2Shape(n_heads=n_heads, d_head=d_head, d_state=cfg.int("mamba_d_state", default=256),
                        n_groups=cfg.int("mamba_n_groups", default=1), conv_kernel=cfg.int("mamba_d_conv", default=4))
@@ -467,15 +475,7 @@ def _granite_mamba(cfg: ConfigReader, hidden: int) -> Mamba2Shape:
     `mamba_n_heads` (128) heads of `mamba_d_head` ("auto": width / heads), `mamba_n_groups` (1)
     groups of `mamba_d_state` (256), a `mamba_d_conv` (4) wide convolution. The config class
     requires heads x d_head = width."""
-    width = cfg.int("mamba_expand", default=2) * hidden
-    n_heads = cfg.int("mamba_n_heads", default=128)
-    d_head_raw = cfg.raw.get("mamba_d_head", "auto")
-    d_head = width // n_heads if d_head_raw in ("auto", None) else cfg.int("mamba_d_head")
-    if n_heads * d_head != width:
-        raise ConfigError(f"{n_heads} heads x {d_head} do not make the Mamba width {width} (mamba_expand x hidden)",
-                          file=cfg.source, field="mamba_d_head")
-    return Mamba2Shape(n_heads=n_heads, d_head=d_head, d_state=cfg.int("mamba_d_state", default=256),
-                       n_groups=cfg.int("mamba_n_groups", default=1), conv_kernel=cfg.int("mamba_d_conv", default=4))
+    return _mamba2_of_width(cfg, cfg.int("mamba_expand", default=2) * hidden, " (mamba_expand x hidden)")
 
 
 GRANITE_ATTENTION = ("attention", "full_attention")
