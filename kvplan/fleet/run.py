@@ -59,7 +59,7 @@ def read_groups(workload: Workload) -> list[Group]:
     keys mean what they mean at the top level of a serve file)."""
     from kvplan.model.facts import model_facts
     from kvplan.workload.schema import load_workload
-    from kvplan.workload.yaml_nodes import load_yaml
+    from kvplan.workload.yaml_nodes import as_map, load_yaml
 
     nodes = workload.extras.get("yaml_nodes", {})
     if "replicas" not in nodes:
@@ -71,8 +71,6 @@ def read_groups(workload: Workload) -> list[Group]:
     top = load_yaml(workload.path).to_python()
     groups, total = [], 0
     for i, item in enumerate(items):
-        from kvplan.workload.yaml_nodes import as_map
-
         node = as_map(item)
         node.expect_keys(*GROUP_KEYS)
         count = node.get_int("count", 1, ge=1, le=MAX_REPLICAS)

@@ -126,9 +126,9 @@ class _Runs:
 
     A run is a pure function of its setup and requests; max_num_seqs enters the engine only as the
     cap on the running batch (and, through the start-up profile, the pool, which the key holds with
-    every other setting of the setup). So a
-    run whose batch never reached a cap is the same run under any cap above its peak: a sibling's
-    finished run whose peak stays below both caps is reused as it is, never re-simulated."""
+    every other setting of the setup). So a run whose batch never reached a cap is the same run
+    under any cap above its peak: a sibling's run whose peak stays below both caps is reused as it
+    is, never re-simulated."""
 
     def __init__(self) -> None:
         self.done: dict[tuple, list] = {}
@@ -218,7 +218,7 @@ def evaluate(model: str, traffic: Traffic, targets: Targets, config: Config,
     def passes(n: int, k: int) -> bool:
         return targets.met_by(at(n, k), frontend_s)
 
-    saturated = at(scout, None).throughput_rps
+    saturated = max(at(scout, None).throughput_rps, 1e-9)
     # the lowest rate tried: none so low that the arrivals would span more than LONGEST_SPAN_S
     # (the clock's range is about 53 days)
     floor = grid_step(total / LONGEST_SPAN_S, up=True)
