@@ -149,3 +149,21 @@ def test_the_command_prints_the_fleet_and_its_replicas(tmp_path, run_cli):
     assert doc["experiment"] == "fleet" and doc["router"]["policy"] == "least_kv" and len(doc["replicas"]) == 2
     code, out, err = run_cli("simulate", str(path), "--plot", str(tmp_path / "fleet.png"))
     assert code == 0 and "2 replicas behind least_kv" in out and (tmp_path / "fleet.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("section,needle", [("replicas: 5\n", "replicas"), ("replicas: [3]\n", "replicas"),
+                                            ("replicas:\n  - {count: 300}\n", "count")])
+def test_a_malformed_replicas_section_is_one_line(tmp_path, run_cli, section, needle):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(f"name: f\nexperiment: fleet\nmodel: {MODEL}\ngpu: L40S\npool: {{gpu_memory_utilization: 0.9}}\n"
+                    f"requests:\n{POISSON}{section}")
+    code, out, err = run_cli("simulate", str(path))
+    assert code == 2 and str(path) in err and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_fleet_keys_in_a_serve_file_are_refused(tmp_path, run_cli):
+    path = tmp_path / "serve.yaml"
+    path.write_text(f"name: s\nmodel: {MODEL}\ngpu: L40S\npool: {{gpu_memory_utilization: 0.9}}\n"
+                    f"requests:\n{POISSON}router: round_robin\n")
+    code, out, err = run_cli("simulate", str(path))
+    assert code == 2 and "router" in err and "experiment: fleet" in err and len(err.strip().splitlines()) == 1

@@ -42,7 +42,7 @@ from kvplan.workload.records import RequestChunk, Workload
 
 GROUP_KEYS = ("name", "count", "model", "gpu", "tp", "kv_dtype", "pool", "scheduler", "allocators", "timing")
 INHERITED = ("model", "gpu", "tp", "kv_dtype", "pool", "scheduler", "allocators", "timing")
-MAX_REPLICAS = 4096
+MAX_REPLICAS = 256  # each replica keeps its own pool tables (a few MB with prefix caching): memory stays bounded
 
 
 @dataclass(frozen=True)

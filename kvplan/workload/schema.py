@@ -89,6 +89,9 @@ def load_workload(path: str | Path, *, resolve_model: ResolveModel | None = None
     name = doc.get_str("name", path.stem)
     seed = doc.get_int("seed", 0, ge=0)
     experiment = doc.get_choice("experiment", EXPERIMENTS, "serve")
+    for key in ("replicas", "router"):
+        if key in doc and experiment != "fleet":
+            raise doc.node(key).error(f"applies to experiment: fleet, and this is experiment: {experiment}")
     model = _model(doc, resolve_model)
     layout = model.get("layout")
     bytes_per_slot = layout.bytes_per_token if layout is not None else None
