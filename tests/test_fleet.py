@@ -15,7 +15,7 @@ from kvplan.fleet.routers import ROUTERS
 from tests.conftest import shared_dir
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-SERVED = ("replica", "group", "routed", "busy_s")  # what a fleet adds to a replica's serve result
+SERVED = ("replica", "group", "role", "routed", "busy_s")  # what a fleet adds to a replica's serve result
 
 
 def fleet_file(tmp_path, requests: str, replicas: str = "  - {count: 1}\n", router: str = "round_robin",
@@ -167,3 +167,64 @@ def test_fleet_keys_in_a_serve_file_are_refused(tmp_path, run_cli):
                     f"requests:\n{POISSON}router: round_robin\n")
     code, out, err = run_cli("simulate", str(path))
     assert code == 2 and "router" in err and "experiment: fleet" in err and len(err.strip().splitlines()) == 1
+
+
+def _pd_file(tmp_path, name: str, transfer: str, disaggregated: bool = True, count: int = 1):
+    replicas = ("  - {name: prefill, role: prefill, count: 1}\n  - {name: decode, role: decode, count: 1}\n"
+                if disaggregated else "  - {count: 1}\n")
+    path = tmp_path / name
+    path.write_text(f"name: pd\nexperiment: fleet\nmodel: {MODEL}\ngpu: H100-80GB\npool: {{gpu_memory_utilization: 0.9}}\n"
+                    "scheduler: {prefix_caching: false, max_model_len: 8192}\n"
+                    f"requests:\n  count: {count}\n  prompt: {{dist: fixed, value: 3000}}\n"
+                    "  output: {dist: fixed, value: 50}\n  arrival: {process: poisson, rate: 0.05}\n"
+                    f"replicas:\n{replicas}" + (f"transfer: {transfer}\n" if disaggregated else ""))
+    return path
+
+
+def test_disaggregation_by_hand_one_request(tmp_path):
+    """One request of 3,000 + 50 tokens on a prefill H100 and a decode H100. Over a link of no
+    cost the decode replica's first step computes the last prompt token with the other 2,999 sent
+    (one 1-token step more than colocated before the first token, by the step-time clock), and
+    every later step is the colocated one: the same TPOT. Over 25 GB/s and 2 ms, the TTFT rises by
+    the transfer, 2 ms + 3,000 x 128 KiB / 25 GB/s."""
+    colocated = simulate_fleet(load(_pd_file(tmp_path, "c.yaml", "", disaggregated=False)))
+    free = simulate_fleet(load(_pd_file(tmp_path, "f.yaml", "{gb_per_s: 0, latency_s: 0}")))
+    link = simulate_fleet(load(_pd_file(tmp_path, "l.yaml", "{gb_per_s: 25, latency_s: 0.002}")))
+    wl = load(_pd_file(tmp_path, "c.yaml", "", disaggregated=False))
+    from kvplan.sim.inputs import make_setup
+
+    clock = make_setup(wl, wl.allocators[0]).clock
+    one_token = clock.step_ticks(kv_read=2999, tokens=1, requests=1, pairs=3000) / clock.ticks_per_unit
+    assert free.ttft.p50 == pytest.approx(colocated.ttft.p50 + one_token, abs=1e-9)
+    assert free.tpot.p50 == pytest.approx(colocated.tpot.p50, abs=1e-12)
+    assert free.e2e.p50 - colocated.e2e.p50 == pytest.approx(one_token, abs=1e-9)
+    moved = 0.002 + 3000 * wl.layout.bytes_per_token / 25e9
+    assert wl.layout.bytes_per_token == 131072  # Llama-3.1-8B: 32 layers x 8 KV heads x 128 x 2 x 2 B
+    assert link.transfer.p50 == pytest.approx(moved, abs=1e-11)
+    assert link.ttft.p50 - free.ttft.p50 == pytest.approx(moved, abs=1e-9)
+    assert link.to_dict()["fleet"]["transfer_s"]["p50"] == pytest.approx(moved, abs=1e-11)
+
+
+def test_a_disaggregated_fleet_splits_the_work_by_pool(tmp_path):
+    """Prefill replicas run every prompt with one output token; decode replicas every output."""
+    doc = simulate_fleet(load(_pd_file(tmp_path, "p.yaml", "{gb_per_s: 50, latency_s: 0.001}", count=40))).to_dict()
+    pre, dec = doc["replicas"]
+    assert (pre["role"], dec["role"]) == ("prefill", "decode")
+    assert pre["routed"] == dec["routed"] == doc["fleet"]["completed"] == 40
+    assert pre["throughput_tps"] * pre["makespan"] == pytest.approx(40)  # one token each
+    assert dec["throughput_tps"] * dec["makespan"] == pytest.approx(40 * 50)
+
+
+@pytest.mark.parametrize("replicas,extra,needle", [
+    ("  - {role: prefill, count: 1}\n", "transfer: {gb_per_s: 10}\n", "prefill and decode"),
+    ("  - {role: prefill, count: 1}\n  - {role: decode, count: 1}\n", "", "transfer"),
+    ("  - {role: prefill, count: 1}\n  - {role: decode, count: 1, scheduler: {prefix_caching: true}}\n",
+     "transfer: {gb_per_s: 10}\n", "prefix_caching"),
+    ("  - {role: prefill, count: 1}\n  - {role: decode, count: 1}\n", "transfer: {gb_per_s: -1}\n", "gb_per_s"),
+])
+def test_a_bad_disaggregated_fleet_is_one_line(tmp_path, run_cli, replicas, extra, needle):
+    path = tmp_path / "pd.yaml"
+    path.write_text(f"name: pd\nexperiment: fleet\nmodel: {MODEL}\ngpu: L40S\npool: {{gpu_memory_utilization: 0.9}}\n"
+                    f"scheduler: {{prefix_caching: false}}\nrequests:\n{POISSON}replicas:\n{replicas}{extra}")
+    code, out, err = run_cli("simulate", str(path))
+    assert code == 2 and str(path) in err and needle in err and len(err.strip().splitlines()) == 1, err

@@ -224,3 +224,33 @@ def test_the_null_block_is_kept_out_of_the_pool(engine):
     # step 0: 16 tokens held in 4 blocks, the null block's 4 slots external; step 1: 8 tokens
     assert result.breakdown == {"token_states": 24 / 40, "reserved": 0.0, "internal": 0.0,
                                 "external": 8 / 40, "free": 8 / 40}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_engine_equals_reference_with_kv_sent_by_a_prefill_replica(seed):
+    """Requests that arrive holding part of their prompt's KV (a disaggregated decode replica's):
+    the engine equals the reference, preemptions (which drop the sent KV) included."""
+    rng = np.random.default_rng([seed, 0x9D])
+    n = int(rng.integers(5, 60))
+    arrival = np.sort(rng.integers(0, 40, n)).astype(np.float64)
+    prompt = rng.integers(1, 40, n)
+    output = rng.integers(1, 30, n)
+    preload = np.array([int(rng.integers(0, p)) for p in prompt])  # 0 .. prompt - 1
+    size = int(rng.integers(1, n + 1))
+
+    def make():
+        for b in range(0, n, size):
+            yield RequestChunk(arrival[b:b + size], prompt[b:b + size], output[b:b + size],
+                               preload=preload[b:b + size])
+
+    wl = make_workload([(0, 1, 1)], int(rng.integers(80, 400)), max_model_len=80,
+                       max_num_seqs=int(rng.integers(2, 12)), chunked_prefill=bool(seed % 2),
+                       max_num_batched_tokens=int(rng.integers(80, 128)))
+    from dataclasses import replace
+
+    wl = replace(wl, make_requests=make, num_requests=n)
+    spec = AllocatorSpec("paged", block_size=int(rng.choice([1, 4, 8])))
+    fast, ref = simulate(wl, spec, record_requests=True), simulate_reference(wl, spec, record_requests=True)
+    assert fast.to_dict() == ref.to_dict() and records(fast) == records(ref)
+    plain = simulate(replace(wl, make_requests=lambda: (replace(c, preload=None) for c in make())), spec)
+    assert plain.steps >= fast.steps  # sent KV never costs steps

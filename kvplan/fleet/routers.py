@@ -70,12 +70,13 @@ class Router:
         pass
 
     def windows(self, chunk) -> Iterator:
-        """The chunk cut at every multiple of the sync interval (of arrival time)."""
+        """The chunk cut at every multiple of the sync interval (of arrival time): (begin, end,
+        the requests in between)."""
         step = self.spec.sync_interval_s
         marks = np.floor(np.asarray(chunk.arrival) / step)
         cuts = np.flatnonzero(np.diff(marks)) + 1
-        for a, b in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(chunk)]))):
-            yield chunk if a == 0 and b == len(chunk) else chunk.take(slice(int(a), int(b)))
+        for a, b in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(chunk)])).tolist()):
+            yield a, b, (chunk if a == 0 and b == len(chunk) else chunk.take(slice(a, b)))
 
 
 class RoundRobin(Router):

@@ -40,7 +40,8 @@ from kvplan.sim.metrics import ServeResult, Stats, build_result, latency_arrays
 from kvplan.fleet.routers import ROUTERS, RouterSpec, make_router
 from kvplan.workload.records import RequestChunk, Workload
 
-GROUP_KEYS = ("name", "count", "model", "gpu", "tp", "kv_dtype", "pool", "scheduler", "allocators", "timing")
+GROUP_KEYS = ("name", "count", "role", "model", "gpu", "tp", "kv_dtype", "pool", "scheduler", "allocators", "timing")
+ROLES = ("both", "prefill", "decode")
 INHERITED = ("model", "gpu", "tp", "kv_dtype", "pool", "scheduler", "allocators", "timing")
 MAX_REPLICAS = 256  # each replica keeps its own pool tables (a few MB with prefix caching): memory stays bounded
 
@@ -52,6 +53,31 @@ class Group:
     name: str
     count: int
     workload: Workload
+    role: str = "both"  # "prefill" / "decode": a pool of a disaggregated fleet
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """The link a prefill replica sends a request's KV over: `latency_s` + the KV bytes each GPU
+    holds / `gb_per_s` (every GPU of the TP group sends its own shard, all at once)."""
+
+    gb_per_s: float
+    latency_s: float
+
+    def ticks(self, kv_bytes: np.ndarray, per_unit: int) -> np.ndarray:
+        seconds = self.latency_s + kv_bytes / (self.gb_per_s * 1e9) if self.gb_per_s else self.latency_s + 0 * kv_bytes
+        return np.rint(np.asarray(seconds, dtype=np.float64) * per_unit).astype(np.int64)
+
+    @staticmethod
+    def read(workload: Workload) -> "Transfer | None":
+        node = workload.extras.get("yaml_nodes", {}).get("transfer")
+        if node is None:
+            return None
+        from kvplan.workload.yaml_nodes import as_map
+
+        node = as_map(node)
+        node.expect_keys("gb_per_s", "latency_s")
+        return Transfer(node.get_float("gb_per_s", ge=0, le=1e6), node.get_float("latency_s", 0.0, ge=0, le=60))
 
 
 def read_groups(workload: Workload) -> list[Group]:
@@ -75,6 +101,7 @@ def read_groups(workload: Workload) -> list[Group]:
         node.expect_keys(*GROUP_KEYS)
         count = node.get_int("count", 1, ge=1, le=MAX_REPLICAS)
         name = node.get_str("name", f"group{i}")
+        role = node.get_choice("role", ROLES, "both")
         total += count
         if total > MAX_REPLICAS:
             raise node.error(f"more than {MAX_REPLICAS:,} replicas in all")
@@ -92,7 +119,17 @@ def read_groups(workload: Workload) -> list[Group]:
                          seed=workload.seed, extras={})
         if wl.timing.gpu_name is None:
             raise node.error("a fleet's replicas need a gpu (their latencies come from its step times)")
-        groups.append(Group(name, count, wl))
+        if role == "decode" and (wl.allocators[0].kind != "paged" or wl.scheduler.prefix_caching):
+            raise node.error("a decode pool receives its prompts' KV: it needs a paged allocator and "
+                             "scheduler.prefix_caching: false")
+        groups.append(Group(name, count, wl, role))
+    roles = {g.role for g in groups}
+    if roles != {"both"} and roles != {"prefill", "decode"}:
+        raise nodes["replicas"].error("a disaggregated fleet has prefill and decode groups only "
+                                      f"(got roles {', '.join(sorted(roles))})")
+    if roles == {"prefill", "decode"} and Transfer.read(workload) is None:
+        raise nodes["replicas"].error("a disaggregated fleet needs `transfer: {gb_per_s, latency_s}`, "
+                                      "the link the KV moves over")
     return groups
 
 
@@ -117,13 +154,15 @@ class Replica:
         self.state = KernelState(setup)
         self.preparer = ChunkPreparer(setup)
         self.routed = 0
+        self.gids: list[np.ndarray] = []  # the fleet's numbers of the requests it was sent, in order
 
-    def send(self, chunk: RequestChunk, idx: np.ndarray, converted) -> None:
+    def send(self, chunk: RequestChunk, idx: np.ndarray, converted, gids: np.ndarray) -> None:
         """The requests at `idx` of `chunk`, whose group converted it already (ChunkPreparer)."""
         ticks, p, o, changed = (x[idx] for x in converted)
-        sub = chunk.take(idx) if self.preparer.trie is not None and chunk.hash_ids is not None else chunk
-        self.state.load(self.preparer.prepare_parts(sub, ticks, p, o, changed))
+        own = (self.preparer.trie is not None and chunk.hash_ids is not None) or chunk.preload is not None
+        self.state.load(self.preparer.prepare_parts(chunk.take(idx) if own else chunk, ticks, p, o, changed))
         self.routed += len(idx)
+        self.gids.append(gids[idx])
 
     def advance(self, horizon: int, final: bool = False) -> None:
         """Simulate up to `horizon` ticks (it has nothing arriving before then), or to the end."""
@@ -144,8 +183,9 @@ class Replica:
         return int(st[K.NOW] - st[K.ORIGIN] - st[K.IDLE]) if self.state.loaded else 0
 
 
-def _split(chunk: RequestChunk, choice: np.ndarray, replicas: list[Replica]) -> None:
-    """Send each replica the requests of `chunk` routed to it (`choice`), in arrival order."""
+def _split(chunk: RequestChunk, gids: np.ndarray, choice: np.ndarray, replicas: list[Replica]) -> None:
+    """Send each replica the requests of `chunk` (the fleet's numbers `gids`) routed to it
+    (`choice`), in arrival order."""
     order = np.argsort(choice, kind="stable")  # stable: each replica's share stays in arrival order
     bounds = np.searchsorted(choice[order], np.arange(len(replicas) + 1))
     converted: dict[int, tuple] = {}  # per group, converted once
@@ -155,7 +195,7 @@ def _split(chunk: RequestChunk, choice: np.ndarray, replicas: list[Replica]) -> 
             key = id(replica.group)
             if key not in converted:
                 converted[key] = replica.preparer.convert(chunk)
-            replica.send(chunk, order[a:b], converted[key])
+            replica.send(chunk, order[a:b], converted[key], gids)
 
 
 @dataclass(frozen=True)
@@ -175,10 +215,14 @@ class FleetResult:
     e2e: Stats
     prefix_hit_rate: float | None
     imbalance: float  # max / mean busy time
+    transfer: Stats | None = None  # disaggregated: each request's KV transfer time
+    roles: list[str] | None = None  # disaggregated: each replica's pool
 
     def to_dict(self) -> dict:
-        per = [{"replica": i, "group": g, "routed": n, "busy_s": busy, **r.to_dict()}
-               for i, (r, g, busy, n) in enumerate(zip(self.replicas, self.replica_groups, self.busy_s, self.routed))]
+        roles = self.roles or ["both"] * len(self.replicas)
+        per = [{"replica": i, "group": g, "role": role, "routed": n, "busy_s": busy, **r.to_dict()}
+               for i, (r, g, role, busy, n) in enumerate(zip(self.replicas, self.replica_groups, roles, self.busy_s,
+                                                             self.routed))]
         return {
             "router": {"policy": self.router.policy, "sync_interval_s": self.router.sync_interval_s,
                        "overlap_weight": self.router.overlap_weight},
@@ -186,7 +230,8 @@ class FleetResult:
             "fleet": {"replicas": len(self.replicas), "completed": self.completed, "makespan": self.makespan,
                       "throughput_rps": self.throughput_rps, "throughput_tps": self.throughput_tps,
                       "ttft_s": self.ttft.to_dict(), "tpot_s": self.tpot.to_dict(), "e2e_s": self.e2e.to_dict(),
-                      "prefix_hit_rate": self.prefix_hit_rate, "imbalance": self.imbalance},
+                      "prefix_hit_rate": self.prefix_hit_rate, "imbalance": self.imbalance,
+                      "transfer_s": None if self.transfer is None else self.transfer.to_dict()},
             "replicas": per,
         }
 
@@ -196,46 +241,133 @@ def simulate_fleet(workload: Workload, *, progress=None) -> FleetResult:
     from kvplan.workload.prefixes import request_stream
 
     return run_fleet(read_groups(workload), RouterSpec.read(workload), request_stream(workload), workload.seed,
-                     total=workload.num_requests, progress=progress)
+                     total=workload.num_requests, progress=progress, transfer=Transfer.read(workload))
 
 
 def run_fleet(groups: list[Group], spec: RouterSpec, chunks, seed: int = 0, *, total: int = 0,
-              progress=None) -> FleetResult:
+              progress=None, transfer: Transfer | None = None) -> FleetResult:
     """The requests of `chunks` (RequestChunks in arrival order, prefixes applied) over the
-    replicas of `groups` behind the router `spec`."""
+    replicas of `groups` behind the router `spec`; with prefill and decode groups, disaggregated
+    (`_disaggregated`)."""
     replicas: list[Replica] = []
     for g in groups:
         setup = make_setup(g.workload, g.workload.allocators[0])
         replicas += [Replica(len(replicas), g, setup) for _ in range(g.count)]
-    router = make_router(spec, replicas, seed)
+    if any(g.role != "both" for g in groups):
+        return _disaggregated(groups, spec, chunks, seed, replicas, transfer or Transfer(0.0, 0.0), total, progress)
+    _serve(replicas, make_router(spec, replicas, seed), chunks, total, progress)
+    return _result(spec, groups, replicas)
+
+
+def _serve(replicas: list[Replica], router, chunks, total: int = 0, progress=None) -> None:
+    """Route every request of `chunks` as it arrives and serve them all to the end."""
     per_unit = replicas[0].setup.clock.ticks_per_unit
     done = 0
     for chunk in chunks:
-        if not len(chunk):
+        n = len(chunk)
+        if not n:
             continue
+        gids = np.arange(done, done + n)
         if not router.looks:
-            _split(chunk, router.assign(chunk), replicas)
+            _split(chunk, gids, router.assign(chunk), replicas)
             for r in replicas:
                 r.advance(0)
         else:
-            for window in router.windows(chunk):
+            for a, b, window in router.windows(chunk):
                 horizon = int(round(float(window.arrival[0]) * per_unit))
                 for r in replicas:
                     r.advance(horizon)
                 router.sync()
-                _split(window, router.assign(window), replicas)
-        done += len(chunk)
+                _split(window, gids[a:b], router.assign(window), replicas)
+        done += n
         if progress is not None:
             progress(done, total)
     for r in replicas:
         r.advance(0, final=True)
-    return _result(spec, groups, replicas)
+
+
+def _by_gid(replicas: list[Replica], n: int) -> dict[str, np.ndarray]:
+    """Per request of the fleet (by its number): the columns of the raw run that served it."""
+    out = {k: np.full(n, -1, dtype=np.int64) for k in ("sent", "first_token", "finish", "prompt", "output")}
+    for r in replicas:
+        if not r.gids:
+            continue
+        raw, gids = r.state.raw(), np.concatenate(r.gids)
+        for k in ("first_token", "finish", "prompt", "output"):
+            out[k][gids] = getattr(raw, k)
+        out["sent"][gids] = raw.arrival if raw.sent is None else raw.sent
+    return out
+
+
+def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, total, progress) -> FleetResult:
+    """Prefill and decode pools, as vLLM's disaggregated serving (NixlConnector) runs them: the
+    router sends each request to a prefill replica, which runs its prompt with one output token
+    (max_tokens 1); its KV (the prompt's, per GPU of the prefill group's layout) then crosses the
+    link, and the request reaches a decode replica (routed by the same policy) when it has: there
+    it is admitted holding all but its last prompt token's KV (kernel PRELOAD), computes that
+    token and samples every output token. The client's TTFT is the decode replica's first token;
+    the transfer time of each request is reported. (The decode side does not push back on
+    prefill: a prefill replica frees a request's blocks when it finishes.)"""
+    prefill = [r for r in replicas if r.group.role == "prefill"]
+    decode = [r for r in replicas if r.group.role == "decode"]
+    outputs: list[np.ndarray] = []
+
+    def prefill_only():
+        for c in chunks:
+            outputs.append(np.asarray(c.output_len, dtype=np.int64))
+            yield replace(c, output_len=np.ones(len(c), dtype=np.int64))
+
+    _serve(prefill, make_router(spec, prefill, seed), prefill_only(), total, progress)
+    n = sum(len(o) for o in outputs)
+    p = _by_gid(prefill, n)
+    per_unit = replicas[0].setup.clock.ticks_per_unit
+    kv_bytes = np.zeros(n, dtype=np.float64)
+    for r in prefill:
+        if r.gids:
+            gids = np.concatenate(r.gids)
+            kv_bytes[gids] = p["prompt"][gids] * float(r.group.workload.layout.bytes_per_token)
+    moved = transfer.ticks(kv_bytes, per_unit)
+    ready = p["finish"] + moved
+    order = np.argsort(ready, kind="stable")
+    output = np.concatenate(outputs) if outputs else np.zeros(0, dtype=np.int64)
+
+    def decode_stream(size: int = 65_536):
+        for a in range(0, n, size):
+            idx = order[a:a + size]
+            yield RequestChunk(ready[idx] / per_unit, p["prompt"][idx], output[idx],
+                               preload=np.maximum(p["prompt"][idx] - 1, 0))
+
+    _serve(decode, make_router(spec, decode, seed + 1), decode_stream())
+    d = _by_gid(decode, n)
+    gid_of_decode = order  # decode's request k is the fleet's request order[k]
+    d = {k: _undo(v, gid_of_decode) for k, v in d.items()}
+    result = _result(spec, groups, replicas)
+    frontend = decode[0].setup.clock.frontend
+    sent = p["sent"]
+    ttft = (d["first_token"] - sent + frontend) / per_unit
+    e2e = (d["finish"] - sent + frontend) / per_unit
+    many = d["output"] > 1
+    tpot = (d["finish"] - d["first_token"])[many] / per_unit / (d["output"][many] - 1)
+    span = (int(d["finish"].max()) - int(sent.min())) / per_unit if n else 0.0
+    return replace(result, completed=n, makespan=span, throughput_rps=n / span if span else 0.0,
+                   throughput_tps=int(d["output"].sum()) / span if span else 0.0,
+                   ttft=Stats.of(ttft), tpot=Stats.of(tpot), e2e=Stats.of(e2e),
+                   transfer=Stats.of(moved / per_unit), roles=[r.group.role for r in replicas])
+
+
+def _undo(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Values numbered by decode arrival (the decode pool saw the fleet's request order[k] as its
+    k-th) back to the fleet's numbering."""
+    out = np.empty_like(values)
+    out[order] = values
+    return out
 
 
 def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica]) -> FleetResult:
-    results, arrays, hits, queries = [], [], 0, 0
+    results, arrays, hits, queries, out = [], [], 0, 0, 0
     for r in replicas:  # a replica the router never chose has an empty result
         raw = r.state.raw()
+        out += int(raw.output.sum())
         results.append(build_result(raw, r.setup))
         arrays.append(latency_arrays(raw, r.setup.clock.ticks_per_unit, r.setup.clock.frontend))
         if raw.prefix is not None:
@@ -245,7 +377,6 @@ def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica]) -> F
     start = min(int(r.state.st[K.ORIGIN]) for r in used)
     end = max(int(r.state.st[K.NOW]) for r in used)
     span = (end - start) / per_unit
-    out = sum(int(x.throughput_tps * x.makespan + 0.5) for x in results)  # output tokens
     busy = [r.busy_ticks() / per_unit for r in replicas]
     mean_busy = sum(busy) / len(busy)
     cat = {k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]}

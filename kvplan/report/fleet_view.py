@@ -15,6 +15,8 @@ def _ms(stats: dict, key: str) -> str:
 def fleet_sentence(doc: dict) -> str:
     f, router = doc["fleet"], doc["router"]
     hit = "" if f["prefix_hit_rate"] is None else f", prefix hit rate {100 * f['prefix_hit_rate']:.1f}%"
+    if f.get("transfer_s"):
+        hit += f", KV transfer p50/p99 {_ms(f['transfer_s'], 'p50')}/{_ms(f['transfer_s'], 'p99')} ms"
     return (f"{doc['workload']}: {f['replicas']} replicas behind {router['policy']} served {f['completed']:,} "
             f"requests, {f['throughput_rps']:,.2f} requests/s and {f['throughput_tps']:,.0f} output tokens/s; "
             f"TTFT p50/p99 {_ms(f['ttft_s'], 'p50')}/{_ms(f['ttft_s'], 'p99')} ms, TPOT p99 "
@@ -28,12 +30,12 @@ def render_fleet(doc: dict, top: int = 64) -> None:
     out = console()
     out.print(fleet_sentence(doc))
     table = Table(title="Replicas", title_justify="left")
-    for col in ("#", "group", "routed", "busy s", "req/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p99 ms",
+    for col in ("#", "group", "role", "routed", "busy s", "req/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p99 ms",
                 "hit rate", "preempted"):
-        table.add_column(col, justify="left" if col == "group" else "right")
+        table.add_column(col, justify="left" if col in ("group", "role") else "right")
     for r in doc["replicas"][:top]:
         hit = (r.get("prefix_cache") or {}).get("prefix_hit_rate")
-        table.add_row(str(r["replica"]), r["group"], f"{r['routed']:,}", f"{r['busy_s']:,.1f}",
+        table.add_row(str(r["replica"]), r["group"], r.get("role", "both"), f"{r['routed']:,}", f"{r['busy_s']:,.1f}",
                       f"{r['throughput_rps']:,.2f}", _ms(r["ttft_s"], "p50"), _ms(r["ttft_s"], "p99"),
                       _ms(r["tpot_s"], "p99"), "-" if hit is None else f"{100 * hit:.1f}%", f"{r['preemptions']:,}")
     print_table(out, table)

@@ -134,6 +134,8 @@ class KernelState:
         rows[:, K.OUTPUT] = chunk.output
         rows[:, K.PREFILL_END], rows[:, K.RESERVED] = chunk.prompt, chunk.reserve
         rows[:, K.ADMITTED_AT:K.FINISHED_AT + 1] = -1  # admitted, first token, finish: not yet
+        if chunk.preload is not None:
+            rows[:, K.PRELOAD] = chunk.preload
         if chunk.ids is not None:
             self._load_ids(rows, chunk.ids)
         if n == 0:

@@ -62,6 +62,7 @@ class PreparedChunk:
     clipped: int
     sent: np.ndarray | None = None  # ticks the client sent it, when the API server delays it
     ids: ChunkIds | None = None  # prefix caching: the block identities of its prompts
+    preload: np.ndarray | None = None  # prompt tokens whose KV arrives computed (kernel.PRELOAD)
 
     def __len__(self) -> int:
         return len(self.prompt)
@@ -200,6 +201,12 @@ class ChunkPreparer:
         self.last = int(ticks[-1])
         clipped = int(np.count_nonzero(changed))
         ids = self.trie.encode(chunk, p) if self.trie is not None else None
+        preload = None
+        if chunk.preload is not None:
+            if not setup.paged or setup.hybrid is not None:
+                raise WorkloadError("KV sent by a prefill replica needs a paged pool of one kind of layers "
+                                    "(not contiguous, not hybrid groups)", field="allocators")
+            preload = np.minimum(np.asarray(chunk.preload, dtype=np.int64), p - 1)
         if setup.paged:
             reserve = np.zeros_like(p)
         else:
@@ -212,8 +219,8 @@ class ChunkPreparer:
                 floor = np.maximum(floor, self.seen_last + service)
             seen = floor + steps
             self.seen_last = int(seen[-1])
-            return PreparedChunk(seen, p, o, reserve, clipped, sent=ticks, ids=ids)
-        return PreparedChunk(ticks, p, o, reserve, clipped, ids=ids)
+            return PreparedChunk(seen, p, o, reserve, clipped, sent=ticks, ids=ids, preload=preload)
+        return PreparedChunk(ticks, p, o, reserve, clipped, ids=ids, preload=preload)
 
 
 def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChunk]:

@@ -71,7 +71,10 @@ E_START = 14        # prefix caching: its first slot in px[1], the cached entry 
 CACHED = 15         # prefix caching: leading identity blocks held as cached entries (hit or registered)
 HIT_TOKENS = 16     # prefix caching: prompt tokens its first admission found cached
 SKIPPED = 17        # hybrid: blocks per sliding-window group it has released (out of the window)
-NUM_COLUMNS = 18
+PRELOAD = 18        # prompt tokens whose KV arrives computed (a disaggregated decode replica's
+                    # requests, their KV sent by a prefill replica); it admits holding them, and
+                    # a recompute preemption drops them (its prefill is then all its own)
+NUM_COLUMNS = 19
 
 # -- st[SCALAR]: the scalar state ------------------------------------------------------------------
 NOW = 0             # the clock, in ticks
@@ -779,6 +782,7 @@ def preempt(cfg, st, req, px, requeued, swapped, v):
         return
     st[RECOMPUTED] += req[v, HELD]
     req[v, HELD] = 0
+    req[v, PRELOAD] = 0
     req[v, BLOCKS] = 0
     req[v, SKIPPED] = 0
     req[v, PREFILL_END] = req[v, PROMPT] + req[v, GENERATED]
@@ -871,7 +875,7 @@ def waiting_need(cfg, req, px, rid, budget):
     hits, idle = (0, 0)
     if cfg[PREFIX] != 0:
         hits, idle = lookup(cfg, req, px, rid)
-    held = hits * cfg[BLOCK_SIZE]
+    held = max(hits * cfg[BLOCK_SIZE], req[rid, PRELOAD])
     n = tokens_from(cfg, held, req[rid, PREFILL_END], budget)
     return n, hits, idle, blocks_held(cfg, ZERO, held + n) - hits
 
@@ -896,6 +900,8 @@ def admit(cfg, st, req, px, running, sched, requeued, run_start, run_len, budget
             if cfg[PREFIX] != 0:
                 touch(cfg, st, req, px, rid, hits)
                 count_hits(st, req, rid, hits * cfg[BLOCK_SIZE])
+            if req[rid, PRELOAD] > req[rid, HELD]:  # its KV came computed (fleet.py's decode pools)
+                req[rid, HELD] = req[rid, PRELOAD]
             take_blocks(cfg, st, px, new)
             req[rid, BLOCKS] = hits + new
             req[rid, SKIPPED] = 0

@@ -82,6 +82,7 @@ class Req:
     hit_tokens: int = 0  # prefix caching: prompt tokens its first admission found cached
     swapped_slots: int = 0  # swap: CPU slots its KV takes while swapped out
     skip: int = 0  # hybrid: blocks per sliding group released at its last allocation
+    preload: int = 0  # prompt tokens whose KV arrives computed (a disaggregated decode replica's)
 
     @property
     def prefilling(self) -> bool:
@@ -318,7 +319,7 @@ class ReferenceSim:
             self.swapped.append(victim)
             return
         self.recomputed += victim.held
-        victim.held = victim.skip = 0
+        victim.held = victim.skip = victim.preload = 0  # a recompute has none of its KV, sent or not
         victim.target = victim.prompt + victim.generated
         self.waiting.appendleft(victim)
 
@@ -351,7 +352,8 @@ class ReferenceSim:
         if self.blocks is not None:
             limit = min(len(req.nodes), (req.target - 1) // self.s.block_size)
             hits = self.blocks.lookup(req.nodes, limit)
-        held = len(hits) * self.s.block_size
+        hit = len(hits) * self.s.block_size
+        held = max(hit, req.preload)  # a decode replica's request arrives holding its sent KV
         n = self.tokens_for(req, budget, held)
         new = self.blocks_for(held + n) - len(hits)
         idle = sum(1 for b in hits if self.blocks.ref[b] == 0)
@@ -359,13 +361,14 @@ class ReferenceSim:
             return 0
         if self.blocks is not None:
             self.blocks.touch(hits)
-            req.table, req.cached, req.held, req.blocks = list(hits), len(hits), held, len(hits)
-            self.hits_all += held
+            req.table, req.cached, req.held, req.blocks = list(hits), len(hits), hit, len(hits)
+            self.hits_all += hit
             if req.admitted < 0:
                 self.lookups += 1
                 self.queries += req.prompt
-                self.hits += held
-                req.hit_tokens = held
+                self.hits += hit
+                req.hit_tokens = hit
+        req.held = max(req.held, req.preload)
         req.skip = 0
         self.grow(req, new, n)
         return n
@@ -473,11 +476,12 @@ def simulate_reference(workload: Workload, allocator: AllocatorSpec, *, progress
         sent = chunk.sent if chunk.sent is not None else chunk.arrival
         delayed |= chunk.sent is not None
         nodes = _block_nodes(chunk.ids) if chunk.ids is not None else [[] for _ in range(len(chunk))]
+        preload = chunk.preload.tolist() if chunk.preload is not None else [0] * len(chunk)
         for i, (a, p, o, r, t) in enumerate(zip(chunk.arrival.tolist(), chunk.prompt.tolist(),
                                                 chunk.output.tolist(), chunk.reserve.tolist(),
                                                 sent.tolist())):
             reqs.append(Req(len(reqs), a, p, o, r, target=p, sent=t,
-                            nodes=nodes[i]))
+                            nodes=nodes[i], preload=preload[i]))
     sim = ReferenceSim(setup, reqs, timeline_points)
     sim.run()
     if progress is not None:

@@ -34,6 +34,8 @@ class RequestChunk:
     hash_ids: list[tuple[int, ...]] | None = None
     hash_block_size: int = 0
     cut: np.ndarray | None = None  # per request: True where a trace reader cut it short
+    preload: np.ndarray | None = None  # per request: prompt tokens whose KV arrives computed (a
+    # disaggregated fleet's decode replicas; kvplan/fleet/run.py), at most prompt - 1
 
     def __len__(self) -> int:
         return len(self.prompt_len)
@@ -45,7 +47,8 @@ class RequestChunk:
             hashes = hashes[idx] if isinstance(idx, slice) else [hashes[i] for i in np.asarray(idx).tolist()]
         return replace(self, arrival=self.arrival[idx], prompt_len=self.prompt_len[idx],
                        output_len=self.output_len[idx], hash_ids=hashes,
-                       cut=None if self.cut is None else self.cut[idx])
+                       cut=None if self.cut is None else self.cut[idx],
+                       preload=None if self.preload is None else self.preload[idx])
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,7 +68,7 @@ DEFAULT_MAX_MODEL_LEN = 8192
 DEFAULT_BATCH = (8192, 256)  # (max_num_batched_tokens, max_num_seqs) without a GPU
 DEFAULT_SWAP_SPACE = 4 * 2**30
 TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "pool", "requests",
-            "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router")  # fmt: skip
+            "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router", "transfer")  # fmt: skip
 
 POOL_KEYS = ("slots", "kv_memory", "gpu_memory_utilization")
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
@@ -89,7 +89,7 @@ def load_workload(path: str | Path, *, resolve_model: ResolveModel | None = None
     name = doc.get_str("name", path.stem)
     seed = doc.get_int("seed", 0, ge=0)
     experiment = doc.get_choice("experiment", EXPERIMENTS, "serve")
-    for key in ("replicas", "router"):
+    for key in ("replicas", "router", "transfer"):
         if key in doc and experiment != "fleet":
             raise doc.node(key).error(f"applies to experiment: fleet, and this is experiment: {experiment}")
     model = _model(doc, resolve_model)
@@ -352,8 +352,9 @@ def _extras(doc: YamlMap) -> dict:
             extras.setdefault("yaml_nodes", {})[key] = section
     if "replicas" in doc:  # experiment: fleet (kvplan/fleet/run.py reads them)
         extras.setdefault("yaml_nodes", {})["replicas"] = doc.get_list("replicas")
-    if "router" in doc:
-        extras.setdefault("yaml_nodes", {})["router"] = doc.node("router")
+    for key in ("router", "transfer"):
+        if key in doc:
+            extras.setdefault("yaml_nodes", {})[key] = doc.node(key)
     return extras
 
 
