@@ -364,7 +364,7 @@ def test_the_replica_count_is_checked_on_a_fleet_behind_the_router(planned):
 
     from kvplan.plan.fleet_check import check_on_fleet, checked
 
-    rows = checked(MODEL, TRAFFIC, TARGETS, planned, "least_outstanding", 2)
+    rows = checked(MODEL, TRAFFIC, TARGETS, planned, ["least_outstanding"], 2)
     assert all(e.router == "least_outstanding" and e.replicas >= e.replicas_estimate for e in rows[:2])
     assert all(TARGETS.ttft_p99 >= e.ttft_p99 and TARGETS.tpot_p99 >= e.tpot_p99 for e in rows[:2])
     assert all(e.router is None for e in rows[2:])
@@ -372,3 +372,33 @@ def test_the_replica_count_is_checked_on_a_fleet_behind_the_router(planned):
     short = check_on_fleet(MODEL, TRAFFIC, TARGETS, replace(e, replicas=1), "round_robin")
     assert short.replicas_estimate == 1 and short.replicas >= 2  # one replica cannot take the whole rate
     assert short.cost_per_hour == pytest.approx(short.replicas * e.config.tp * PRICES[e.config.gpu])
+
+
+def test_disaggregated_pools_can_serve_a_tight_tpot_with_fewer_gpus():
+    """Long prompts and a 13 ms TPOT: colocated, prefill chunks slow every decode step, so it takes
+    many replicas; a prefill pool and a decode pool of the same GPUs meet it with fewer (DistServe's
+    finding). The colocated fleet of that smaller size is checked to miss."""
+    from dataclasses import replace
+
+    from kvplan.fleet.routers import RouterSpec
+    from kvplan.fleet.run import Group, Transfer, run_fleet
+    from kvplan.plan.fleet_check import check_on_fleet
+    from kvplan.plan.space import config_workload
+
+    traffic = Traffic(rate=30.0, prompt=2000, output=200, count=300)
+    targets = Targets(ttft_p99=3.0, tpot_p99=0.013)
+    config = Config("H100-80GB", 1)
+    e = evaluate(MODEL, traffic, targets, config, 2.5)
+    colocated = check_on_fleet(MODEL, traffic, targets, e, "round_robin")
+    pd = check_on_fleet(MODEL, traffic, targets, e, "round_robin", Transfer(25.0, 0.001))
+    assert colocated.feasible and colocated.prefill_replicas == 0
+    assert pd.feasible and 0 < pd.prefill_replicas < pd.replicas < colocated.replicas
+    assert pd.tpot_p99 <= 0.013 and pd.ttft_p99 <= 3.0
+    wl = config_workload(MODEL, replace(traffic, count=traffic.count * e.replicas), config)
+
+    def chunks():
+        for c in wl.make_requests():
+            yield replace(c, arrival=c.arrival / traffic.rate)
+
+    alone = run_fleet([Group("c", pd.replicas, replace(wl, extras={}))], RouterSpec("round_robin"), chunks(), 0)
+    assert not targets.met_by(alone)

@@ -35,7 +35,8 @@ def plan(
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs in one node: no TP degree above it (one replica stays in a node).")] = 8,
     price: Annotated[Optional[list[str]], typer.Option(help="Override a price: GPU=USD per GPU-hour (repeatable).")] = None,
     prices: Annotated[Optional[Path], typer.Option(help="A price file replacing the shipped table (same JSON shape).")] = None,
-    router: Annotated[Optional[str], typer.Option(help="Check the replica count on a fleet behind this router (round_robin, random, least_outstanding, least_kv, prefix_aware).")] = None,
+    router: Annotated[Optional[str], typer.Option(help="Check the replica count on a fleet behind this router, or the cheapest of a list (round_robin, random, least_outstanding, least_kv, prefix_aware).")] = None,
+    disaggregate: Annotated[Optional[float], typer.Option(help="With --router: also try prefill/decode pools of the same GPUs, the KV sent over this many GB/s (1 ms latency).")] = None,
     check_top: Annotated[int, typer.Option("--check-top", help="With --router: how many of the cheapest configurations to check on the fleet.")] = 3,
     workers: Annotated[Optional[int], typer.Option(help="Evaluations in parallel (default: every core).")] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Run the evaluations on Ray (the cluster at RAY_ADDRESS, else a local instance); needs kvplan[ray].")] = False,
@@ -72,11 +73,18 @@ def plan(
         if ttft_p99 is None and tpot_p99 is None and e2e_p99 is None:
             raise UsageError("a goodput needs the limits to meet: --ttft-p99, --tpot-p99 or --e2e-p99",
                              field="--goodput")
+    routers = None
+    if disaggregate is not None and router is None:
+        raise UsageError("needs --router: disaggregated pools are checked on a fleet", field="--disaggregate")
+    if disaggregate is not None and not (math.isfinite(disaggregate) and 0 < disaggregate <= 1e6):
+        raise UsageError(f"expected a link of 0 to 1,000,000 GB/s, got {disaggregate}", field="--disaggregate")
     if router is not None:
         from kvplan.fleet.routers import ROUTERS
 
-        if router not in ROUTERS:
-            raise UsageError(f"expected one of {', '.join(ROUTERS)}, got {router!r}", field="--router")
+        routers = [r.strip() for r in router.split(",") if r.strip()]
+        for r in routers or [router]:
+            if r not in ROUTERS:
+                raise UsageError(f"expected some of {', '.join(ROUTERS)}, got {r!r}", field="--router")
         if goodput is not None:
             raise UsageError("a fleet is checked against p99 targets, not a goodput", field="--router")
         if not 1 <= check_top <= 100:
@@ -120,10 +128,12 @@ def plan(
         use_ray = ray or bool(os.environ.get("RAY_ADDRESS"))
         results = search(model, traffic, targets, configs, table, workers=n, ray=use_ray,
                          progress=lambda done, total: bar.update(done))
-    if router is not None:
+    if routers:
+        from kvplan.fleet.run import Transfer
         from kvplan.plan.fleet_check import checked
 
-        results = checked(model, traffic, targets, results, router, check_top)
+        link = Transfer(disaggregate, 0.001) if disaggregate is not None else None
+        results = checked(model, traffic, targets, results, routers, check_top, link, workers=n, ray=use_ray)
     front = pareto(results)
     doc = {"model": model, "traffic": vars_of(traffic), "targets": vars_of(targets),
            "answer": results[0].to_dict() if results and results[0].feasible else None,

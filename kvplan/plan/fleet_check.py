@@ -1,71 +1,113 @@
-"""The replica count checked on a fleet: `kvplan plan --router POLICY`.
+"""The replica count checked on a fleet: `kvplan plan --router POLICY[,POLICY...] [--disaggregate GB/s]`.
 
 `evaluate` sizes a deployment as ceil(rate wanted / rate one replica serves), as if the router
 balanced perfectly. A real router does not (round robin ignores how long each request is; a
 prefix-aware one trades balance for cache hits), so for the cheapest configurations the fleet is
-simulated (kvplan/fleet/run.py): N replicas behind the router at the wanted rate, N from the
-estimate up, until the fleet meets the targets; the row then carries that N and its cost. The
-fleet serves count x (estimate) requests, the same ones for every N.
+simulated (kvplan/fleet/run.py) at the wanted rate, behind each router given: N replicas, N from
+the estimate up, until the fleet meets the targets. With `--disaggregate`, fewer GPUs are also
+tried as P prefill + (N - P) decode replicas of that configuration over a link of that bandwidth:
+the smallest N below the colocated count by bisection (assuming more GPUs never serve worse),
+each N split at a prefill share of 1/4, 1/3, 1/2 and 2/3. The cheapest fleet that meets the
+targets is the row's (ties: the colocated one, then the routers' order). Every fleet serves count x (estimate) requests, the same
+ones for every N. The checks of different configurations run in parallel like the search.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from kvplan.plan.search import Evaluation, Targets, rank
+from kvplan.plan.search import Evaluation, Targets, rank, run_jobs
 from kvplan.plan.space import Traffic, config_workload, first
 
 MAX_GROWTH = 2  # at most twice the estimate
+SPLITS = (1 / 4, 1 / 3, 1 / 2, 2 / 3)  # shares of the prefill pool tried for N GPUs
 
 
-def check_on_fleet(model: str, traffic: Traffic, targets: Targets, e: Evaluation, router: str) -> Evaluation:
+def check_on_fleet(model: str, traffic: Traffic, targets: Targets, e: Evaluation, router: str,
+                   transfer=None) -> Evaluation:
+    """Row `e` checked behind `router` (colocated; also disaggregated over `transfer` when given)."""
     from kvplan.fleet.routers import RouterSpec
     from kvplan.fleet.run import Group, run_fleet
     from kvplan.workload.prefixes import request_stream
 
     estimate = e.replicas
     total = traffic.count * estimate
-    if traffic.workload is None:
-        fleet_traffic = replace(traffic, count=total)
-    else:
-        fleet_traffic = traffic
-    wl = config_workload(model, fleet_traffic, e.config)
+    wl = config_workload(model, replace(traffic, count=total) if traffic.workload is None else traffic, e.config)
     total = min(total, wl.num_requests)
     factor = traffic.base_rate / traffic.rate  # the wanted rate
+    one = replace(wl, extras={})
+    decode = None
+    if transfer is not None:  # a decode pool receives its KV: no prefix caching there
+        decode = replace(one, scheduler=replace(one.scheduler, prefix_caching=False))
 
     def chunks():
         for c in first(request_stream(wl), total):
             yield replace(c, arrival=c.arrival * factor)
 
-    result = None
-    n = estimate
+    def met(groups):
+        result = run_fleet(groups, RouterSpec(router), chunks(), wl.seed, total=total, transfer=transfer)
+        return result if targets.met_by(result) else None
+
+    colocated = None
     for n in range(estimate, MAX_GROWTH * estimate + 1):
-        result = run_fleet([Group("plan", n, replace(wl, extras={}))], RouterSpec(router), chunks(), wl.seed,
-                           total=total)
-        if targets.met_by(result):
+        result = met([Group("plan", n, one)])
+        if result is not None:
+            colocated = (n, 0, result)
             break
-    else:
+    best = colocated
+    if decode is not None:  # fewer GPUs as prefill and decode pools? the smallest N by bisection
+        def split(n: int):
+            for p in sorted({min(n - 1, max(1, round(n * f))) for f in SPLITS}):
+                result = met([Group("prefill", p, one, "prefill"), Group("decode", n - p, decode, "decode")])
+                if result is not None:
+                    return (n, p, result)
+            return None
+
+        lo, hi = 2, (colocated[0] - 1 if colocated else MAX_GROWTH * estimate)
+        found = split(hi) if hi >= lo else None
+        while found is not None and hi > lo:
+            mid = (lo + hi) // 2
+            trial = split(mid)
+            if trial is not None:
+                found, hi = trial, mid
+            else:
+                lo = mid + 1
+        best = found or colocated
+    if best is None:
         return replace(e, cost_per_hour=None, cost_per_million_tokens=None, router=router, replicas_estimate=estimate,
                        reason=f"{MAX_GROWTH * estimate} replicas behind {router} still miss the targets")
+    return _row(e, traffic, *best, router)
+
+
+def _row(e: Evaluation, traffic: Traffic, n: int, prefill: int, result, router: str) -> Evaluation:
     gpus = n * e.config.tp
     cost = gpus * e.usd_per_gpu_hour if e.usd_per_gpu_hour is not None else None
     cost_m = (cost / (traffic.rate * traffic.output * 3600) * 1e6 if cost is not None and traffic.output > 0
               else None)
     return replace(e, replicas=n, gpus=gpus, cost_per_hour=cost, cost_per_million_tokens=cost_m,
                    ttft_p99=result.ttft.p99, tpot_p99=result.tpot.p99, e2e_p99=result.e2e.p99, router=router,
-                   replicas_estimate=estimate)
+                   replicas_estimate=e.replicas, prefill_replicas=prefill)
 
 
-def checked(model: str, traffic: Traffic, targets: Targets, rows: list[Evaluation], router: str,
-            top: int) -> list[Evaluation]:
+def _check(job) -> Evaluation:
+    """One row behind every router: the cheapest passing fleet (ties: the first)."""
+    model, traffic, targets, e, routers, transfer = job
+    rows = [check_on_fleet(model, traffic, targets, e, r, transfer) for r in routers]
+    passing = [r for r in rows if r.feasible]
+    return min(passing, key=lambda r: (r.cost_per_hour, r.prefill_replicas > 0)) if passing else rows[0]
+
+
+def checked(model: str, traffic: Traffic, targets: Targets, rows: list[Evaluation], routers: list[str],
+            top: int, transfer=None, *, workers: int = 1, ray: bool = False) -> list[Evaluation]:
     """The rows re-ranked until the `top` cheapest are all checked on the fleet."""
     rows = list(rows)
     while True:
         todo = [i for i, e in enumerate(rows[:top]) if e.feasible and e.router is None]
         if not todo:
             return rows
-        for i in todo:
-            rows[i] = check_on_fleet(model, traffic, targets, rows[i], router)
+        jobs = [(model, traffic, targets, rows[i], tuple(routers), transfer) for i in todo]
+        for i, row in zip(todo, run_jobs(_check, jobs, workers, ray)):
+            rows[i] = row
         rows = rank(rows)
 
 

@@ -99,6 +99,7 @@ class Evaluation:
     reused: int = 0  # of them, runs a configuration of its group had made already (identical, see _Runs)
     router: str | None = None  # replicas checked by a fleet simulation behind this router (kvplan/plan/fleet_check.py)
     replicas_estimate: int = 0  # with a router: ceil(rate / rate per replica), before the fleet's check
+    prefill_replicas: int = 0  # disaggregated: of the replicas, the prefill pool's (0: colocated)
 
     @property
     def feasible(self) -> bool:
@@ -366,33 +367,30 @@ def search(model: str, traffic: Traffic, targets: Targets, configs: Sequence[Con
            progress: Callable[[int, int], None] | None = None) -> list[Evaluation]:
     """Every configuration evaluated (groups in a process pool when workers > 1, or on Ray), ranked.
     The rows do not depend on the workers: each group runs in one worker, in the same order."""
-    jobs = groups_of(model, traffic, targets, configs, prices)
     results: list[Evaluation] = []
-    done = 0
-
-    def collect(group: list[Evaluation]) -> None:
-        nonlocal done
+    for group in run_jobs(_evaluate_group, groups_of(model, traffic, targets, configs, prices), workers, ray):
         results.extend(group)
-        done += len(group)
         if progress:
-            progress(done, len(configs))
-
-    if ray:
-        for group in _on_ray(jobs, workers):
-            collect(group)
-    elif workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            collect(_evaluate_group(job))
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for group in pool.map(_evaluate_group, jobs):  # map keeps the order
-                collect(group)
+            progress(len(results), len(configs))
     return rank(results)
 
 
-def _on_ray(jobs: list, workers: int):
-    """The groups as Ray tasks: on the cluster at RAY_ADDRESS (or one already initialised), else on
-    a local instance of `workers` CPUs. Results come back in the jobs' order, as each is ready."""
+def run_jobs(fn: Callable, jobs: list, workers: int = 1, ray: bool = False):
+    """fn(job) for every job, in the jobs' order: in this process, in a pool of `workers`
+    processes, or as Ray tasks (on the cluster at RAY_ADDRESS or one already initialised, else on a
+    local instance of `workers` CPUs). Each result is yielded as soon as it and those before it
+    are ready."""
+    if ray:
+        yield from _on_ray(fn, jobs, workers)
+    elif workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            yield fn(job)
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            yield from pool.map(fn, jobs)  # map keeps the order
+
+
+def _on_ray(fn: Callable, jobs: list, workers: int):
     import os
 
     try:
@@ -407,7 +405,7 @@ def _on_ray(jobs: list, workers: int):
             ray.init(address=address, log_to_driver=False)
         else:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-    task = ray.remote(_evaluate_group)
+    task = ray.remote(fn)
     pending = [task.remote(job) for job in jobs]
     for ref in pending:
         yield ray.get(ref)

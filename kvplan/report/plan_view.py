@@ -47,6 +47,8 @@ def answer_sentence(doc: dict) -> str:
     kv = f", KV {c['kv_dtype']}" if c["kv_dtype"] != "auto" else ""
     if c.get("quantization", "none") != "none":
         kv = f", weights {c['quantization']}" + kv
+    if best.get("prefill_replicas"):
+        gpus += f": {best['prefill_replicas']} prefill + {best['replicas'] - best['prefill_replicas']} decode replicas"
     return (f"Rent {best['replicas']} x {c['tp']} {c['gpu']} ({gpus}{kv}): "
             f"{_money(best['cost_per_hour'])}/hour, {_money(best['cost_per_million_tokens'])} per million output "
             f"tokens, for {traffic_words(t)} at p99 TTFT {best['ttft_p99']:.2f} s and p99 TPOT "
