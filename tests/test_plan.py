@@ -155,14 +155,20 @@ def test_the_html_report_opens_in_headless_chromium(tmp_path, run_cli):
 
 
 def test_ray_gives_the_rows_of_the_local_run(planned):
-    """On a local Ray instance of 2 CPUs (loopback only), the same rows in the same order."""
+    """On a local Ray instance of 2 CPUs (loopback only), the same rows in the same order, for
+    the search and for the fleet checks of --router."""
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
         on_ray = search(MODEL, TRAFFIC, TARGETS, SPACE, PRICES, workers=2, ray=True)
+        from kvplan.plan.fleet_check import checked
+
+        fleets_on_ray = checked(MODEL, TRAFFIC, TARGETS, planned, ["round_robin", "least_kv"], 2, workers=2, ray=True)
     finally:
         ray.shutdown()
     assert [e.to_dict() for e in on_ray] == [e.to_dict() for e in planned]
+    local = checked(MODEL, TRAFFIC, TARGETS, planned, ["round_robin", "least_kv"], 2, workers=1)
+    assert [e.to_dict() for e in fleets_on_ray] == [e.to_dict() for e in local]  # the fleet checks too
 
 
 @pytest.mark.parametrize("content,needle", [("{not json", "not JSON"), ('{"prices": 3}', '"prices" list'),
