@@ -20,8 +20,12 @@ How the replicas run together:
   approximate prefix scorer does) and weighs the prefill a replica would save against the KV it
   holds (kvplan/fleet/routers.py).
 
+- with `role: prefill` and `role: decode` groups the fleet is disaggregated: prompts run on the
+  prefill pool, their KV crosses `transfer:`, outputs come from the decode pool (`_disaggregated`).
+
 Per replica and for the fleet: throughput, TTFT/TPOT/E2E percentiles, prefix hit rate, busy time
-(its span less the time it had nothing to run) and the load imbalance max / mean busy time.
+(its span less the time it had nothing to run), the load imbalance max / mean busy time, and the
+KV transfer times of a disaggregated fleet.
 """
 
 from __future__ import annotations
@@ -33,11 +37,11 @@ from pathlib import Path
 import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
+from kvplan.fleet.routers import ROUTERS, RouterSpec, make_router
 from kvplan.sim import kernel as K
 from kvplan.sim.engine import KernelState
 from kvplan.sim.inputs import ChunkPreparer, SimSetup, make_setup
 from kvplan.sim.metrics import ServeResult, Stats, build_result, latency_arrays
-from kvplan.fleet.routers import ROUTERS, RouterSpec, make_router
 from kvplan.workload.records import RequestChunk, Workload
 
 GROUP_KEYS = ("name", "count", "role", "model", "gpu", "tp", "kv_dtype", "pool", "scheduler", "allocators", "timing")
@@ -65,8 +69,11 @@ class Transfer:
     latency_s: float
 
     def ticks(self, kv_bytes: np.ndarray, per_unit: int) -> np.ndarray:
-        seconds = self.latency_s + kv_bytes / (self.gb_per_s * 1e9) if self.gb_per_s else self.latency_s + 0 * kv_bytes
-        return np.rint(np.asarray(seconds, dtype=np.float64) * per_unit).astype(np.int64)
+        """Ticks each transfer takes (gb_per_s 0: no bandwidth limit, the latency alone)."""
+        seconds = np.full(len(kv_bytes), self.latency_s)
+        if self.gb_per_s:
+            seconds += kv_bytes / (self.gb_per_s * 1e9)
+        return np.rint(seconds * per_unit).astype(np.int64)
 
     @staticmethod
     def read(workload: Workload) -> "Transfer | None":
