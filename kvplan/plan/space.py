@@ -105,7 +105,7 @@ def config_workload(model: str, traffic: Traffic, config: Config):
     from kvplan.experiments import flag_workload, load_text
 
     text = flag_workload(config.model_id(model), config.gpu, config.tp, 1.0, str(max(1, round(traffic.prompt))),
-                         str(max(0, round(traffic.output))), traffic.count, kv_dtype=config.kv_dtype,
+                         str(max(1, round(traffic.output))), traffic.count, kv_dtype=config.kv_dtype,
                          max_num_seqs=config.max_num_seqs, block_size=config.block_size,
                          prefix_caching=config.prefix_caching, max_model_len=traffic.max_model_len)
     wl = load_text(text)
