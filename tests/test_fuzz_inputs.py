@@ -194,6 +194,57 @@ def test_workload_reader_never_crashes(text):
             _check_crash(exc)
 
 
+GROUP = st.fixed_dictionaries({}, optional={
+    "count": st.one_of(st.integers(-1, 4), ODD_INTS), "role": st.sampled_from(["both", "prefill", "decode", "x", 3]),
+    "gpu": st.sampled_from(["H100-80GB", "L40S", "NoSuchGPU", ""]), "tp": SCALARS, "name": VALUES,
+    "scheduler": st.one_of(st.fixed_dictionaries({"prefix_caching": st.booleans()}), VALUES),
+    "pool": st.one_of(st.fixed_dictionaries({"gpu_memory_utilization": SCALARS}), VALUES), "colour": VALUES})
+FLEET_SECTIONS = {
+    "replicas": st.one_of(st.lists(st.one_of(GROUP, VALUES), max_size=3), VALUES),
+    "router": st.one_of(st.sampled_from(["round_robin", "random", "least_outstanding", "least_kv", "prefix_aware", "x"]),
+                        st.fixed_dictionaries({}, optional={"policy": st.sampled_from(["least_kv", "prefix_aware", 1]),
+                                                            "sync_interval_s": SCALARS, "overlap_weight": SCALARS}),
+                        VALUES),
+    "transfer": st.one_of(st.fixed_dictionaries({}, optional={"gb_per_s": SCALARS, "latency_s": SCALARS}), VALUES),
+    "prefix": st.one_of(st.fixed_dictionaries({"system_prompts": st.integers(0, 4)},
+                                              optional={"system_prompt_len": st.integers(1, 64)}), VALUES),
+}  # fmt: skip
+
+
+@st.composite
+def fleet_texts(draw) -> str:
+    doc = {"experiment": "fleet", "model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "L40S",
+           "pool": {"gpu_memory_utilization": 0.9}, "scheduler": {"prefix_caching": False},
+           "requests": {"count": 40, "prompt": {"dist": "uniform", "low": 10, "high": 300},
+                        "output": {"dist": "fixed", "value": 8}, "arrival": {"process": "poisson", "rate": 20}},
+           "replicas": [{"count": 2}]}  # fmt: skip
+    for key in draw(st.lists(st.sampled_from(sorted(FLEET_SECTIONS)), max_size=4, unique=True)):
+        doc[key] = draw(FLEET_SECTIONS[key])
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+
+
+@given(text=fleet_texts())
+@settings(max_examples=60, deadline=None, derandomize=not os.environ.get("KVPLAN_FUZZ_RANDOM"),
+          suppress_health_check=[HealthCheck.too_slow])
+def test_fleet_files_never_crash(text):
+    """A fleet near the schema (groups, roles, routers, links odd or missing) gives a result in
+    which every request is served once, or a KvplanError; never another exception."""
+    from kvplan.experiments import load
+    from kvplan.fleet.run import simulate_fleet
+
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        path = Path(folder) / "f.yaml"
+        path.write_text(text, encoding="utf-8")
+        try:
+            result = simulate_fleet(load(path))
+            assert result.completed == 40
+        except KvplanError as exc:
+            assert str(exc)
+        except Exception as exc:  # noqa: BLE001 - the point of the test
+            _check_crash(exc)
+
+
 # ---- check files ------------------------------------------------------------------------------
 
 CHECK_WORKLOADS = [str(Path(__file__).resolve().parents[1] / "workloads" / "lesson.yaml"),

@@ -307,3 +307,17 @@ def test_result_dict_keys_are_stable():
                        "requests", "skipped", "stats", "hit_rate", "cache_tokens"]  # fmt: skip
     assert list(d["stats"]) == ["requests", "queries", "hits", "blocks_reused", "blocks_evicted",
                                 "hit_rate", "prefill_tokens_saved"]  # fmt: skip
+
+
+def test_no_system_prompts_is_a_stream_of_fresh_blocks():
+    """prefix: {system_prompts: 0} (found by the fleet fuzz test): every block gets a fresh id."""
+    import numpy as np
+
+    from kvplan.workload.prefixes import PrefixSpec, with_prefixes
+    from kvplan.workload.records import RequestChunk
+
+    chunk = RequestChunk(np.zeros(3), np.array([40, 40, 40]), np.array([5, 5, 5]))
+    out = list(with_prefixes(iter([chunk]), PrefixSpec(system_prompts=0, hash_block_size=16),
+                             np.random.default_rng(0)))
+    ids = [i for c in out for h in c.hash_ids for i in h]
+    assert ids and len(ids) == len(set(ids)) and all(isinstance(i, int) for i in ids)

@@ -111,7 +111,7 @@ class PrefixGenerator:
     def __init__(self, spec: PrefixSpec, rng: np.random.Generator) -> None:
         self.spec, self.rng = spec, rng
         h, lens = spec.hash_block_size, spec.system_prompt_len
-        self._sys_base = np.concatenate(([0], np.cumsum([n // h for n in lens]))).tolist()
+        self._sys_base = np.concatenate(([0], np.cumsum([n // h for n in lens], dtype=np.int64))).astype(np.int64).tolist()
         self._next_id = self._sys_base[-1]
         weights = (np.arange(1, len(lens) + 1, dtype=float) ** -spec.zipf_a
                    if spec.popularity == "zipf" else np.ones(len(lens)))  # fmt: skip
