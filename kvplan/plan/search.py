@@ -327,21 +327,34 @@ def _doomed(targets: Targets, count: int, per_unit: float):
     if not limits and tpot is None:
         return None
 
-    def stop(state) -> bool:
-        req = state.req[:state.loaded]
-        now, arrival = int(state.st[K.NOW]), req[:, K.ARRIVAL]
+    def lateness(req, now: int) -> list:
+        arrival = req[:, K.ARRIVAL]
         lates = []
         for col, limit in limits:
             at = req[:, col]
             lates.append(((at >= 0) & (at - arrival > limit)) | ((at < 0) & (now - arrival > limit)))
         if tpot is not None:
             first, finish, out = req[:, K.FIRST_TOKEN_AT], req[:, K.FINISHED_AT], req[:, K.OUTPUT]
-            limit = tpot * (out - 1) + 1
             end = np.where(finish >= 0, finish, now)
-            lates.append((first >= 0) & (out > 1) & (end - first > limit))
+            lates.append((first >= 0) & (out > 1) & (end - first > tpot * (out - 1) + 1))
         if targets.goodput is not None:
-            return int(np.logical_or.reduce(lates).sum()) >= need
-        return any(int(late.sum()) >= need for late in lates)
+            lates = [np.logical_or.reduce(lates)]
+        return lates
+
+    settled = [0, None]  # rows before settled[0] have all finished: their counts, in settled[1], are final
+
+    def stop(state) -> bool:
+        req, now = state.req[:state.loaded], int(state.st[K.NOW])
+        start = settled[0]
+        waiting = np.flatnonzero(req[start:, K.FINISHED_AT] < 0)
+        end = start + (int(waiting[0]) if len(waiting) else len(req) - start)
+        if end > start:
+            done = [int(x.sum()) for x in lateness(req[start:end], now)]
+            settled[1] = done if settled[1] is None else [a + b for a, b in zip(settled[1], done)]
+            settled[0] = end
+        open_ = lateness(req[end:], now)
+        base = settled[1] or [0] * len(open_)
+        return any(b + int(x.sum()) >= need for b, x in zip(base, open_))
 
     return stop
 
