@@ -900,7 +900,7 @@ def admit(cfg, st, req, px, running, sched, requeued, run_start, run_len, budget
             if cfg[PREFIX] != 0:
                 touch(cfg, st, req, px, rid, hits)
                 count_hits(st, req, rid, hits * cfg[BLOCK_SIZE])
-            if req[rid, PRELOAD] > req[rid, HELD]:  # its KV came computed (fleet.py's decode pools)
+            if req[rid, PRELOAD] > req[rid, HELD]:  # its KV came computed (kvplan/fleet/run.py's decode pools)
                 req[rid, HELD] = req[rid, PRELOAD]
             take_blocks(cfg, st, px, new)
             req[rid, BLOCKS] = hits + new
