@@ -55,6 +55,14 @@ def test_version_and_whole_command_descriptions(run_cli, monkeypatch):
     assert "Replay a workload through contiguous and paged allocators and compare them." in " ".join(out.split())
 
 
+@pytest.mark.parametrize("command", ["size", "simulate", "plan", "step"])
+def test_option_defaults_read_plainly_in_help(run_cli, monkeypatch, command):
+    """Every option's default shows as "[default: ...]", never with typer's markup escape "\\["."""
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_cli(command, "--help")
+    assert code == 0 and "[default:" in out and "\\[" not in out
+
+
 def test_gpus_and_tp_degrees_compare_in_one_table(run_cli):
     code, out, _ = run_cli("size", "meta-llama/Meta-Llama-3.1-70B", "--gpu", "H100-80GB,H200", "--tp", "1,2,4",
                            "--tokens", "8192", "--json")

@@ -60,6 +60,11 @@ def _signals_as_exceptions():
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every input error into one line and exit code 2."""
     debug = os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
+    words = sys.argv[1:] if argv is None else argv
+    if not words or "--help" in words or "-h" in words:
+        from kvplan.cli.app import plain_defaults
+
+        plain_defaults()
     try:
         with _signals_as_exceptions(), warnings.catch_warnings():
             if not debug:  # numeric warnings (overflow in an extreme input) are not output

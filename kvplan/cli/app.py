@@ -19,6 +19,19 @@ from kvplan.cli.size import size
 from kvplan.cli.step import step
 from kvplan.cli.validate import validate
 
+def plain_defaults() -> None:
+    """Typer (0.12 to 0.19) escapes the "[default: ...]" of an option's help for rich markup even
+    when the help is printed plain (rich_markup_mode=None, as here), so every default read
+    "\\[default: ...]". Plain help needs no escaping: keep the text as it is. Called only when help
+    is asked for (typer.rich_utils costs a cold start 0.2 s)."""
+    try:
+        from typer import rich_utils
+    except ImportError:  # typer without rich prints plain help already
+        return
+    if hasattr(rich_utils, "escape_before_html_export"):
+        rich_utils.escape_before_html_export = lambda text: text.strip()
+
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
