@@ -150,19 +150,16 @@ def trtllm_bench_limits(params: int, fp8_weights: bool, kv_bytes_per_token: int,
     requests = available * fraction / (kv_bytes_per_token * tp / 1024**3) / (isl + osl)
     raw_bs = min(requests, 4096)
     raw_token = min(raw_bs * (1 + isl / osl), 32768)
-    if raw_bs < 256:
-        bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        bs = 256 * math.ceil(raw_bs / 256)
-    if raw_token < 4096:
-        tokens = max(2048, 256 * math.ceil(raw_token / 256))
-    elif raw_token < 8192:
-        tokens = 512 * math.ceil(raw_token / 512)
-    else:
-        tokens = 1024 * math.ceil(raw_token / 1024)
+    bs = max(64, _tiered_ceil(raw_bs, ((256, 32), (1024, 128)), 256))
+    tokens = max(2048, _tiered_ceil(raw_token, ((4096, 256), (8192, 512)), 1024))
     return bs, tokens
+
+
+def _tiered_ceil(x: float, tiers: tuple[tuple[float, int], ...], last: int) -> int:
+    """x rounded up to a multiple of the step of the first tier whose bound it is below (else
+    `last`), as tuning.py rounds batch sizes and token counts."""
+    step = next((s for bound, s in tiers if x < bound), last)
+    return step * math.ceil(x / step)
 
 
 def vllm_v0(entry: dict) -> bool:
