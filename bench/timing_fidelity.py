@@ -39,14 +39,16 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
   TP only).
 - fp8 on a bf16 catalog checkpoint is vLLM's online fp8 (W8A8); "H100" without a form factor is
   the SXM part; engines' own CPU overheads differ (kvplan/model/step_time.ENGINE_OVERHEAD_FACTOR,
-  by runtime: vLLM V0 apart from V1), and so do the API servers in front of them
-  (SERVER_FRONTEND_FACTOR, by the entry's `server`).
+  by runtime: vLLM V0 apart from V1, each within FACTOR_RANGES below), and so do the API servers
+  in front of them (SERVER_FRONTEND_FACTOR, by the entry's `server`).
+- E2E is the source's mean or median end-to-end latency, printed in seconds (`e2e_latency_s`) or
+  in milliseconds (`e2e_ms`).
 
 The corpus is split once, by position in the file: every third measurement (index % 3 == 2) is
 held out of fitting. `--fit` searches the global constants of kvplan/model/step_time.py and the
-engine / server factors on the fitted part (coordinate descent within FIT_RANGES on the mean over
-metrics of the median |log(predicted / measured)|) and prints them; the file then states them by
-hand.
+engine / server factors on the fitted part (coordinate descent within FIT_RANGES and FACTOR_RANGES
+on the mean over metrics of the median |log(predicted / measured)|), starting from the constants
+as they stand, and prints them; the file then states them by hand.
 
 Run: python bench/timing_fidelity.py [--fit]
 """
@@ -269,7 +271,8 @@ def build_case(entry: dict, constants=None, factors=None):
     factor = factors.get("engine", ENGINE_OVERHEAD_FACTOR).get(runtime(entry), 1.0)
     front = factors.get("server", SERVER_FRONTEND_FACTOR).get(str(entry.get("server")), 1.0)
     c = replace(c, step_overhead_s=c.step_overhead_s * factor, request_overhead_s=c.request_overhead_s * factor,
-                frontend_latency_s=c.frontend_latency_s * front, frontend_request_s=c.frontend_request_s * front)
+                frontend_latency_s=c.frontend_latency_s * front, frontend_request_s=c.frontend_request_s * front,
+                stream_token_s=c.stream_token_s * front)
     step = step_model(spec, layout, weights, gpu, tp, constants=c)
     timing = TimingConfig(gpu_name=gpu.name, hbm_bytes_per_s=gpu.hbm_bytes_per_s, peak_flops=gpu.peak_bf16_flops,
                           step=step)
@@ -388,8 +391,9 @@ def predictions(entry: dict, constants=None, factors=None) -> dict | None:
     itl = m.get("tpot_ms") or m.get("itl_ms")  # per-request TPOT, what kvplan reports
     if itl and entry["kind"] != "latency":
         out["itl"] = (stat(r.tpot, m.get("itl_stat")) * 1e3, itl)
-    if m.get("e2e_latency_s"):
-        out["e2e"] = (stat(r.e2e, m.get("e2e_stat")), m["e2e_latency_s"])
+    e2e = m.get("e2e_latency_s") or (m["e2e_ms"] / 1e3 if m.get("e2e_ms") else None)  # printed in s or ms
+    if e2e:
+        out["e2e"] = (stat(r.e2e, m.get("e2e_stat")), e2e)
     return out
 
 
@@ -427,21 +431,31 @@ def report(errs: dict) -> None:
 
 
 FIT_RANGES = {  # (low, high) of each constant: what the physics allows
-    "bandwidth_efficiency": (0.6, 0.95), "gemm_efficiency": (0.4, 1.0), "gemm_tile_tokens": (32.0, 256.0),
-    "attention_efficiency": (0.2, 0.9), "step_overhead_s": (0.2e-3, 6e-3), "eager_overhead_per_layer_s": None,
+    "bandwidth_efficiency": (0.6, 0.9), "gemm_efficiency": (0.4, 1.0), "gemm_tile_tokens": (32.0, 256.0),
+    "attention_efficiency": (0.35, 0.8), "step_overhead_s": (0.2e-3, 6e-3), "eager_overhead_per_layer_s": None,
     "request_overhead_s": (0.0, 80e-6), "allreduce_latency_s": (3e-6, 50e-6), "link_efficiency": (0.3, 0.95),
     "weight_only_gemm": (0.15, 1.0), "frontend_latency_s": (0.0, 80e-3), "frontend_request_s": (0.0, 30e-3),
+    "stream_token_s": (0.0, 300e-6),
 }
 MOVES = (0.5, 0.7, 0.85, 1.18, 1.4, 2.0)
+# (low, high) of each engine's host-overhead factor against vLLM V1's, from how each is built:
+# vLLM V0 runs scheduling, input preparation and output processing on the GPU's critical path,
+# which V1 took off it (vLLM's V1 announcement, Jan 2025), so at least V1's; SGLang overlaps its
+# scheduler with the GPU ("zero-overhead batch scheduler", SGLang v0.4 release notes, Dec 2024) and
+# TensorRT-LLM schedules in C++, so at most V1's
+FACTOR_RANGES = {"vllm-v0": (1.0, 3.0), "sglang": (0.1, 1.0), "tensorrt-llm": (0.05, 1.0),
+                 "tensorrt-llm-pytorch": (0.1, 1.0), "other": (0.1, 1.5)}
 
 
-def fit(entries, sweeps: int = 3, start=None, skip=()) -> None:
+def fit(entries, sweeps: int = 2, start=None, skip=()) -> None:
     """Coordinate descent on the fitted part: each constant, then each engine's and server's factor,
     tries MOVES x its value within FIT_RANGES (an additive step for a value at 0), keeping the best."""
     from kvplan.model.step_time import CONSTANTS, ENGINE_OVERHEAD_FACTOR, SERVER_FRONTEND_FACTOR
 
     best = start or CONSTANTS
     factors = {"engine": dict(ENGINE_OVERHEAD_FACTOR), "server": dict(SERVER_FRONTEND_FACTOR)}
+    for name, (low, high) in FACTOR_RANGES.items():  # start inside the ranges
+        factors["engine"][name] = min(max(factors["engine"][name], low), high)
     best_score = score(evaluate(entries, best, factors=factors))
     print(f"start: score {best_score:.4f}", flush=True)
 
@@ -464,7 +478,8 @@ def fit(entries, sweeps: int = 3, start=None, skip=()) -> None:
         for group, names in (("engine", ("vllm-v0", "sglang", "tensorrt-llm", "tensorrt-llm-pytorch", "other")),
                              ("server", ("sglang", "triton"))):
             for name in names:
-                for v in trials(factors[group][name], 0.0, 1.5):
+                low, high = FACTOR_RANGES.get(name, (0.0, 1.5)) if group == "engine" else (0.0, 1.5)
+                for v in trials(factors[group][name], low, high):
                     trial = {**factors, group: {**factors[group], name: v}}
                     s = score(evaluate(entries, best, factors=trial))
                     if s < best_score - 1e-6:

@@ -76,7 +76,8 @@ def random_step_model(rng):
         top_k=min(2, experts), lm_head_flops_per_request=float(rng.integers(0, 100_000)),
         kv_bytes_per_token=int(rng.integers(0, 5_000)), attention_flops_per_pair=float(rng.integers(0, 200_000)),
         hidden=int(rng.integers(8, 64)), num_layers=int(rng.integers(1, 8)),
-        enforce_eager=bool(rng.random() < 0.3), constants=StepConstants(frontend_request_s=service))
+        enforce_eager=bool(rng.random() < 0.3),
+        constants=StepConstants(frontend_request_s=service, stream_token_s=float(rng.choice([0.0, 1e-9]))))
 
 
 def as_json(result) -> str:

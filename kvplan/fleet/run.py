@@ -41,7 +41,7 @@ from kvplan.fleet.routers import ROUTERS, RouterSpec, make_router
 from kvplan.sim import kernel as K
 from kvplan.sim.engine import KernelState
 from kvplan.sim.inputs import ChunkPreparer, SimSetup, make_setup
-from kvplan.sim.metrics import ServeResult, Stats, build_result, latency_arrays
+from kvplan.sim.metrics import ServeResult, Stats, build_result, client_frontend, latency_arrays
 from kvplan.workload.records import RequestChunk, Workload
 
 GROUP_KEYS = ("name", "count", "role", "model", "gpu", "tp", "kv_dtype", "pool", "scheduler", "allocators", "timing")
@@ -295,7 +295,8 @@ def _serve(replicas: list[Replica], router, chunks, total: int = 0, progress=Non
 
 def _by_gid(replicas: list[Replica], n: int) -> dict[str, np.ndarray]:
     """Per request of the fleet (by its number): the columns of the raw run that served it."""
-    out = {k: np.full(n, -1, dtype=np.int64) for k in ("sent", "first_token", "finish", "prompt", "output")}
+    keys = ("sent", "first_token", "finish", "prompt", "output", "frontend")
+    out = {k: np.full(n, -1, dtype=np.int64) for k in keys}
     for r in replicas:
         if not r.gids:
             continue
@@ -303,6 +304,7 @@ def _by_gid(replicas: list[Replica], n: int) -> dict[str, np.ndarray]:
         for k in ("first_token", "finish", "prompt", "output"):
             out[k][gids] = getattr(raw, k)
         out["sent"][gids] = raw.arrival if raw.sent is None else raw.sent
+        out["frontend"][gids] = client_frontend(raw, r.setup.clock)  # its API server's share
     return out
 
 
@@ -349,7 +351,7 @@ def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, tot
     gid_of_decode = order  # decode's request k is the fleet's request order[k]
     d = {k: _undo(v, gid_of_decode) for k, v in d.items()}
     result = _result(spec, groups, replicas)
-    frontend = decode[0].setup.clock.frontend
+    frontend = d["frontend"]  # the decode replica's API server streams the answer
     sent = p["sent"]
     ttft = (d["first_token"] - sent + frontend) / per_unit
     e2e = (d["finish"] - sent + frontend) / per_unit
@@ -376,7 +378,7 @@ def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica]) -> F
         raw = r.state.raw()
         out += int(raw.output.sum())
         results.append(build_result(raw, r.setup))
-        arrays.append(latency_arrays(raw, r.setup.clock.ticks_per_unit, r.setup.clock.frontend))
+        arrays.append(latency_arrays(raw, r.setup.clock.ticks_per_unit, client_frontend(raw, r.setup.clock)))
         if raw.prefix is not None:
             hits, queries = hits + raw.prefix.hits, queries + raw.prefix.queries
     per_unit = replicas[0].setup.clock.ticks_per_unit

@@ -51,6 +51,12 @@ one token per decoding request). Its time is the sum of the kernels it runs one 
   dequantize in their inner loop: their compute runs at WEIGHT_ONLY_GEMM x the bf16 efficiency.
 - FRONTEND_LATENCY_S: what a client measures on top of the engine's TTFT and E2E (HTTP,
   tokenization, the first streamed response); it adds to latencies, not to steps.
+- STREAM_TOKEN_S: the same process streams every output token (incremental detokenizing, one
+  SSE chunk, its write), so at a token rate R it is busy rho = R x STREAM_TOKEN_S of the time, and
+  its per-request work (FRONTEND_LATENCY_S) runs in what is left: a processor-sharing stretch of
+  1 / (1 - rho), rho taken at the request's send from the engine's token rate then (a fluid
+  approximation; kvplan/sim/metrics.client_frontend). vLLM scales this process out with
+  --api-server-count because of it.
 - FRONTEND_REQUEST_S: the API server handles requests one at a time (a single process parses,
   tokenizes and dispatches each), so a burst reaches the engine spread out by this much per
   request (kvplan/sim/inputs.prepared_chunks); it matters only when requests arrive faster.
@@ -81,49 +87,63 @@ class StepConstants:
 
     # Fitted by bench/timing_fidelity.py --fit on the fitted two thirds of the corpus, each within
     # the range the physics allows (FIT_RANGES there); what each stands for, and its grounding:
-    bandwidth_efficiency: float = 0.81  # share of the data-sheet HBM bandwidth a weight / KV stream
-    #   reaches (STREAM-like copies reach 0.8-0.9 of it on H100 and A100)
+    bandwidth_efficiency: float = 0.9  # share of the data-sheet HBM bandwidth a weight / KV stream
+    #   reaches (STREAM-like copies reach 0.8-0.9 of it on H100 and A100; fitted at the top)
     gemm_efficiency: float = 0.75  # LLM-shaped GEMMs against the best shape's MAMF (cuBLAS loses to
     #   wave quantization and epilogues on N, K of a few thousand)
     gemm_tile_tokens: float = 128.0  # rows of a GEMM tile (CUTLASS / cuBLAS tiles of 64-256 rows)
-    attention_efficiency: float = 0.42  # FlashAttention prefill FLOP/s against the bf16 data-sheet
+    attention_efficiency: float = 0.50  # FlashAttention prefill FLOP/s against the bf16 data-sheet
     #   peak (FlashAttention-2 reaches 0.5-0.7 of A100's, FlashAttention-3 0.6-0.75 of H100's in the
     #   forward pass, less on short chunks and varlen batches)
-    step_overhead_s: float = 3.5e-3  # vLLM V1's host time a step: scheduling, input preparation,
+    step_overhead_s: float = 1.75e-3  # vLLM V1's host time a step: scheduling, input preparation,
     #   sampler launch, output processing, with CUDA graphs
     eager_overhead_per_layer_s: float = 60e-6  # --enforce-eager: the launches of a layer's ~15
     #   kernels at ~4 us each (not fitted: no eager run in the corpus)
-    request_overhead_s: float = 30e-6  # host time per scheduled request and step (sampling metadata,
+    request_overhead_s: float = 51e-6  # host time per scheduled request and step (sampling metadata,
     #   detokenizing and queueing its output)
-    allreduce_latency_s: float = 28e-6  # one all-reduce's fixed cost (NCCL / custom all-reduce
+    allreduce_latency_s: float = 27e-6  # one all-reduce's fixed cost (NCCL / custom all-reduce
     #   launch and synchronization: 10-30 us on NVLink)
-    link_efficiency: float = 0.95  # share of the link's data-sheet bandwidth an all-reduce reaches
-    #   (fitted at the top of its range: the data term overstates small all-reduces, which NVLink
-    #   switches and one-shot custom all-reduce kernels finish in fewer bytes per GPU)
-    weight_only_gemm: float = 0.35  # weight-only quantized GEMMs (GPTQ/AWQ/MXFP4...): share of bf16's
+    link_efficiency: float = 0.69  # share of the link's data-sheet bandwidth an all-reduce reaches
+    #   (NCCL's bus bandwidth on NVLink reaches 0.7-0.9 of the data sheet, less on the small
+    #   messages of decode)
+    weight_only_gemm: float = 0.41  # weight-only quantized GEMMs (GPTQ/AWQ/MXFP4...): share of bf16's
     #   efficiency left after dequantizing in the inner loop
-    frontend_latency_s: float = 40e-3  # the API server's share of TTFT and E2E (HTTP, chat template,
+    frontend_latency_s: float = 41e-3  # the API server's share of TTFT and E2E (HTTP, chat template,
     #   tokenization, the first streamed chunk; not a GPU step)
     frontend_request_s: float = 8e-3  # the API server's time per request, served one at a time
+    stream_token_s: float = 100e-6  # the API server's CPU time per streamed output token (detokenizing,
+    #   the SSE chunk, its write), which slows its per-request work as the token rate grows
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 CONSTANTS = StepConstants()
-# CPU-side overheads (per step and per request) of other serving engines relative to vLLM's,
-# for comparing with their published measurements (bench/timing_fidelity.py): a C++ runtime
-# (TensorRT-LLM) schedules and samples with less host time than Python ones. kvplan simulates
-# vLLM, whose factor is 1.
-ENGINE_OVERHEAD_FACTOR = {"vllm": 1.0, "vllm-v0": 0.7, "sglang": 0.75, "tensorrt-llm": 0.35,
-                          "tensorrt-llm-pytorch": 0.84, "other": 1.0}
-# The API server's share of a client's latencies (FRONTEND_LATENCY_S and FRONTEND_REQUEST_S) by the
-# server in front of the engine, relative to vLLM's OpenAI server: trtllm-serve and NIM are OpenAI
-# servers in Python (FastAPI) like vLLM's, taken as equal to it; SGLang's tokenizes in its own
-# process and Triton's server is C++ (fitted); offline benchmarks (trtllm-bench, TensorRT-LLM's
-# gptSessionBenchmark) time the engine itself, with no server at all.
-SERVER_FRONTEND_FACTOR = {"vllm-openai": 1.0, "trtllm-serve": 1.0, "nim": 1.0, "sglang": 0.25, "triton": 0.21,
+# CPU-side overheads (per step and per request) of other serving engines relative to vLLM V1's,
+# for comparing with their published measurements (bench/timing_fidelity.py, fitted within its
+# FACTOR_RANGES): vLLM V0 keeps its host work on the GPU's critical path, SGLang overlaps it, a C++
+# runtime (TensorRT-LLM) schedules and samples with less host time than Python ones. kvplan
+# simulates vLLM V1, whose factor is 1.
+ENGINE_OVERHEAD_FACTOR = {"vllm": 1.0, "vllm-v0": 2.0, "sglang": 1.0, "tensorrt-llm": 0.09,
+                          "tensorrt-llm-pytorch": 0.61, "other": 1.0}
+# The API server's share of a client's latencies (FRONTEND_LATENCY_S, FRONTEND_REQUEST_S and
+# STREAM_TOKEN_S) by the server in front of the engine, relative to vLLM's OpenAI server:
+# trtllm-serve and NIM are OpenAI servers in Python (FastAPI) like vLLM's, taken as equal to it;
+# SGLang's tokenizes in its own process and Triton's server is C++ (fitted); offline benchmarks
+# (trtllm-bench, TensorRT-LLM's gptSessionBenchmark) time the engine itself, with no server at all.
+SERVER_FRONTEND_FACTOR = {"vllm-openai": 1.0, "trtllm-serve": 1.0, "nim": 1.0, "sglang": 0.59, "triton": 0.25,
                           "trtllm-bench": 0.0, "gptSessionBenchmark": 0.0}
+
+
+STREAM_BUSY_CAP = 0.9  # the busiest the API server is taken to be (STREAM_TOKEN_S): past it the
+# fluid stretch would grow without bound, and the server's own queue, not modelled, takes over
+
+
+def api_server_s(constants: StepConstants, tokens_per_s: float) -> float:
+    """The API server's share of one request's TTFT and E2E while the engine streams
+    `tokens_per_s` (FRONTEND_LATENCY_S stretched by 1 / (1 - rho), rho = rate x STREAM_TOKEN_S)."""
+    busy = min(tokens_per_s * constants.stream_token_s, STREAM_BUSY_CAP)
+    return constants.frontend_latency_s / (1.0 - busy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,5 +415,9 @@ def step_report(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu:
         "decode_s": decode, "decode_tokens_per_s": batch / decode["total"],
         "decode_itl_s": decode["total"],
         "prefill_s": prefill, "prefill_tokens_per_s": chunk / prefill["total"],
+        "api_server_s": {"per_request": model.constants.frontend_latency_s,
+                         "while_decode_streams": api_server_s(model.constants, batch / decode["total"]),
+                         "per_streamed_token": model.constants.stream_token_s,
+                         "intake_one_at_a_time": model.constants.frontend_request_s},
         "constants": model.constants.to_dict(),
     }

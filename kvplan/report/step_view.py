@@ -33,6 +33,11 @@ def render_step(r: dict) -> None:
         table.add_row(label, _ms(r["decode_s"][key]), _ms(r["prefill_s"][key]))
     table.add_row("tokens/s", f"{r['decode_tokens_per_s']:,.0f}", f"{r['prefill_tokens_per_s']:,.0f}")
     out.print(table)
+    api = r["api_server_s"]
+    out.print(f"API server (outside the steps): {_ms(api['per_request'])} of a request's TTFT and E2E, "
+              f"{_ms(api['while_decode_streams'])} while this decode streams {r['decode_tokens_per_s']:,.0f} "
+              f"tokens/s at {api['per_streamed_token'] * 1e6:,.0f} us a token; requests taken in one at a "
+              f"time, {_ms(api['intake_one_at_a_time'])} each")
     out.print(f"[dim]the larger of weights read and GEMM FLOPs counts for each GEMM; weights "
               f"{r['weights_scheme']}{', fp8 compute' if r['fp8_compute'] else ''}, KV {r['kv_dtype']}"
               f"{', eager' if r['enforce_eager'] else ', CUDA graphs'}; model: kvplan/model/step_time.py[/dim]")

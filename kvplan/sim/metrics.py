@@ -28,6 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from kvplan.errors import WorkloadError
+from kvplan.model.step_time import STREAM_BUSY_CAP
 from kvplan.sim.inputs import SimSetup
 
 INTEGRALS = ("time", "running", "tokens", "allocated", "final", "external")
@@ -128,7 +129,8 @@ class RequestRecords:
     columns: dict[str, np.ndarray]
 
     FIELDS = ("arrival", "admitted", "first_token", "finish", "prompt", "output", "preemptions")
-    # with prefix caching also "cached_tokens": the prompt tokens its first admission found cached
+    # with prefix caching also "cached_tokens": the prompt tokens its first admission found cached;
+    # with an API server that streams at a cost also "frontend": what it added to TTFT and E2E
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -225,10 +227,39 @@ def breakdown_integrals(raw: RawRun, setup: SimSetup) -> dict[str, int]:
     return dict(zip(BREAKDOWN_KEYS, parts))
 
 
-def latency_arrays(raw: RawRun, per_unit: int, frontend: int = 0) -> dict[str, np.ndarray]:
+def token_rate_at(raw: RawRun, times: np.ndarray) -> np.ndarray:
+    """The engine's output tokens per tick at each of `times`: every request with more than one
+    output token streams its later tokens evenly from its first token to its finish (the sum of
+    those rates over the requests streaming then; a step function, swept once in time order)."""
+    many = (raw.output > 1) & (raw.first_token >= 0)
+    if not many.any():
+        return np.zeros(len(times))
+    start, end = raw.first_token[many], raw.finish[many]
+    rate = (raw.output[many] - 1) / np.maximum(end - start, 1)
+    at = np.concatenate([start, end])
+    order = np.argsort(at, kind="stable")
+    level = np.cumsum(np.concatenate([rate, -rate])[order])
+    k = np.searchsorted(at[order], times, side="right") - 1
+    return np.maximum(np.where(k >= 0, level[np.maximum(k, 0)], 0.0), 0.0)
+
+
+def client_frontend(raw: RawRun, clock) -> int | np.ndarray:
+    """Ticks the API server adds to each request's TTFT and E2E: its per-request work
+    (`clock.frontend`), stretched by 1 / (1 - rho) when the same process also streams tokens, rho =
+    the engine's token rate at the request's send x the server's time per token (processor sharing;
+    kvplan/model/step_time.py, STREAM_TOKEN_S). A plain number when nothing streams or costs."""
+    if not clock.frontend or not clock.stream_token or not raw.finish.size:
+        return clock.frontend
+    sent = raw.arrival if raw.sent is None else raw.sent
+    busy = np.minimum(token_rate_at(raw, sent) * clock.stream_token, STREAM_BUSY_CAP)
+    return np.rint(clock.frontend / (1.0 - busy)).astype(np.int64)
+
+
+def latency_arrays(raw: RawRun, per_unit: int, frontend: int | np.ndarray = 0) -> dict[str, np.ndarray]:
     """Per-request latencies as a client measures them, in the run's unit: `frontend` ticks (the
-    API server's request and first-response handling, outside the GPU's steps) are added to TTFT
-    and E2E; TPOT is over the requests with more than one output token."""
+    API server's request and first-response handling, outside the GPU's steps; one number or one
+    per request, `client_frontend`) are added to TTFT and E2E; TPOT is over the requests with more
+    than one output token."""
     arrival, out = (raw.arrival if raw.sent is None else raw.sent), raw.output
     e2e = (raw.finish - arrival + frontend) / per_unit
     ttft = (raw.first_token - arrival + frontend) / per_unit
@@ -238,7 +269,7 @@ def latency_arrays(raw: RawRun, per_unit: int, frontend: int = 0) -> dict[str, n
             "queue_delay": (raw.admitted - arrival) / per_unit}
 
 
-def _latencies(raw: RawRun, per_unit: int, frontend: int = 0) -> dict[str, Stats]:
+def _latencies(raw: RawRun, per_unit: int, frontend: int | np.ndarray = 0) -> dict[str, Stats]:
     return {k: Stats.of(v) for k, v in latency_arrays(raw, per_unit, frontend).items()}
 
 
@@ -276,14 +307,16 @@ def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False)
     total = setup.slots * span
     alloc, tokens = raw.integrals["allocated"], raw.integrals["tokens"]
     records = None
+    frontend = client_frontend(raw, setup.clock)
     if record_requests:
         times = {k: getattr(raw, k) / per_unit
                  for k in ("arrival", "admitted", "first_token", "finish")}
         if raw.sent is not None:
             times["arrival"] = raw.sent / per_unit  # when the client sent it
         cached = {} if raw.hit_tokens is None else {"cached_tokens": raw.hit_tokens}
+        added = {"frontend": frontend / per_unit} if isinstance(frontend, np.ndarray) else {}
         records = RequestRecords({**times, "prompt": raw.prompt, "output": raw.output,
-                                  "preemptions": raw.preemptions, **cached})
+                                  "preemptions": raw.preemptions, **cached, **added})
     return ServeResult(
         allocator="paged" if setup.paged else "contiguous", label=setup.label, policy=setup.policy,
         block_size=setup.block_size if setup.paged else None,
@@ -292,7 +325,7 @@ def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False)
         makespan=makespan,
         throughput_rps=raw.finish.size / makespan if span else 0.0,
         throughput_tps=int(raw.output.sum()) / makespan if span else 0.0,
-        **_latencies(raw, per_unit, setup.clock.frontend),
+        **_latencies(raw, per_unit, frontend),
         peak_running=raw.peak_running,
         mean_running=raw.integrals["running"] / span if span else 0.0,
         preemptions=raw.preemptions_total, swap_outs=raw.swap_outs,

@@ -54,6 +54,7 @@ class StepClock:
     linear_slope: int = 0  # physical: ticks per token beyond the table
     frontend: int = 0  # physical: ticks a client sees on top of TTFT and E2E (the API server)
     frontend_service: int = 0  # physical: ticks the API server spends on each request, one at a time
+    stream_token: int = 0  # physical: ticks of the API server's time per streamed output token
 
     @property
     def ticks_per_unit(self) -> int:
@@ -166,4 +167,5 @@ def _physical_clock(step, token_budget: int) -> StepClock:
                      physical=True, per_request=_ticks(step.per_request_s),
                      attention_per_pair=_ticks(step.attention_s_per_pair), linear=linear, linear_slope=slope,
                      frontend=_ticks(step.constants.frontend_latency_s),
-                     frontend_service=_ticks(step.constants.frontend_request_s))
+                     frontend_service=_ticks(step.constants.frontend_request_s),
+                     stream_token=_ticks(step.constants.stream_token_s))
