@@ -397,8 +397,9 @@ def predictions(entry: dict, constants=None, factors=None) -> dict | None:
     return out
 
 
-def evaluate(entries, constants=None, verbose=False, factors=None, all_parts=None) -> dict:
-    """Errors per part and metric; the held-out part only when reporting (never while fitting)."""
+def evaluate(entries, constants=None, verbose=False, factors=None, all_parts=None, slices=None) -> dict:
+    """Errors per part and metric; the held-out part only when reporting (never while fitting).
+    `slices`: {name: (pick(entry) -> bool, errs of the same shape)}, filled for the entries picked."""
     errs = {part: {k: [] for k in ("throughput", "e2e", "ttft", "itl")} for part in ("fitted", "held out")}
     all_parts = verbose if all_parts is None else all_parts
     for i, e in entries:
@@ -410,6 +411,9 @@ def evaluate(entries, constants=None, verbose=False, factors=None, all_parts=Non
         part = "held out" if held_out(i) else "fitted"
         for metric, (pred, meas) in got.items():
             errs[part][metric].append(pred / meas - 1)
+            for pick, sliced in (slices or {}).values():
+                if pick(e):
+                    sliced[part][metric].append(pred / meas - 1)
         if verbose:
             cells = "  ".join(f"{k} {p:,.4g}/{q:,.4g} ({p / q - 1:+.0%})" for k, (p, q) in got.items())
             print(f"{e['id'][:40]:40} {part:8} {cells}")
@@ -421,13 +425,27 @@ def score(errs: dict, part: str = "fitted") -> float:
     return sum(meds) / len(meds)
 
 
-def report(errs: dict) -> None:
+def report(errs: dict, label: str = "") -> None:
     for part in ("fitted", "held out"):
         cells = []
         for metric, v in errs[part].items():
             if v:
                 cells.append(f"{metric} {statistics.median(abs(x) for x in v):.1%} over {len(v)}")
-        print(f"{part:>8}: median |error| " + ", ".join(cells))
+        print(f"{label}{part:>8}: median |error| " + ", ".join(cells))
+
+
+def burst(entry: dict) -> bool:
+    """An online run that sends 500 or more requests at once (no rate, no concurrency limit)."""
+    setup = entry["setup"]
+    return (entry["kind"] == "online" and (setup.get("num_prompts") or 0) >= 500
+            and not setup.get("request_rate") and not setup.get("max_concurrency"))
+
+
+SLICES = {  # reported beside the whole corpus (never fitted on): where the misses are
+    "vLLM (V0 and V1)": lambda e: runtime(e) in ("vllm", "vllm-v0"),
+    "without bursts of >= 500 requests at once": lambda e: not burst(e),
+    "bursts of >= 500 requests at once": burst,
+}
 
 
 FIT_RANGES = {  # (low, high) of each constant: what the physics allows
@@ -495,8 +513,13 @@ def main() -> None:
     if "--fit" in sys.argv:
         fit(entries)
         return
-    errs = evaluate(entries, verbose=True)
+    slices = {name: (pick, {part: {k: [] for k in ("throughput", "e2e", "ttft", "itl")}
+                            for part in ("fitted", "held out")}) for name, pick in SLICES.items()}
+    errs = evaluate(entries, verbose=True, slices=slices)
     report(errs)
+    for name, (_, sliced) in slices.items():
+        print(f"{name}:")
+        report(sliced, "  ")
 
 
 if __name__ == "__main__":

@@ -328,3 +328,15 @@ def test_the_api_server_spreads_a_burst_and_latencies_count_from_the_send():
     ttft = [f - a for f, a in zip(result.requests.columns["first_token"], result.requests.columns["arrival"])]
     assert result.requests.columns["arrival"].tolist()[:4] == [0.0] * 4
     assert ttft[3] >= 3e-3  # waited for the three before it at the API server
+
+
+def test_the_bench_reports_bursts_apart():
+    """A 1,000-request ShareGPT run sent all at once is a burst; the same run at a stated rate, or
+    behind a concurrency limit, or an offline table, is not."""
+    bench = _bench()
+    run = {"kind": "online", "setup": {"num_prompts": 1000, "request_rate": None, "max_concurrency": None}}
+    assert bench.burst(run)
+    assert not bench.burst({**run, "setup": {**run["setup"], "request_rate": 4.0}})
+    assert not bench.burst({**run, "setup": {**run["setup"], "max_concurrency": 16}})
+    assert not bench.burst({**run, "kind": "offline_throughput"})
+    assert set(bench.SLICES) >= {"bursts of >= 500 requests at once", "without bursts of >= 500 requests at once"}
