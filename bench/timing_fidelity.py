@@ -397,10 +397,15 @@ def predictions(entry: dict, constants=None, factors=None) -> dict | None:
     return out
 
 
+def no_errors() -> dict:
+    """Errors per part and metric, none yet."""
+    return {part: {k: [] for k in ("throughput", "e2e", "ttft", "itl")} for part in ("fitted", "held out")}
+
+
 def evaluate(entries, constants=None, verbose=False, factors=None, all_parts=None, slices=None) -> dict:
     """Errors per part and metric; the held-out part only when reporting (never while fitting).
     `slices`: {name: (pick(entry) -> bool, errs of the same shape)}, filled for the entries picked."""
-    errs = {part: {k: [] for k in ("throughput", "e2e", "ttft", "itl")} for part in ("fitted", "held out")}
+    errs = no_errors()
     all_parts = verbose if all_parts is None else all_parts
     for i, e in entries:
         if held_out(i) and not all_parts:
@@ -513,8 +518,7 @@ def main() -> None:
     if "--fit" in sys.argv:
         fit(entries)
         return
-    slices = {name: (pick, {part: {k: [] for k in ("throughput", "e2e", "ttft", "itl")}
-                            for part in ("fitted", "held out")}) for name, pick in SLICES.items()}
+    slices = {name: (pick, no_errors()) for name, pick in SLICES.items()}
     errs = evaluate(entries, verbose=True, slices=slices)
     report(errs)
     for name, (_, sliced) in slices.items():
