@@ -64,7 +64,7 @@ def document(workload: Workload, *, block_sizes: Sequence[int] | None = None,
 def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str, output: str,
                   count: int, kv_dtype: str = "auto", max_num_seqs: int | None = None, *,
                   block_size: int = 16, prefix_caching: bool | None = None,
-                  max_model_len: int | None = None) -> str:
+                  max_model_len: int | None = None, timing_profile: str | None = None) -> str:
     """The workload YAML of a flag-only run: fixed lengths, Poisson or all-at-once arrivals, one paged
     allocator (B = `block_size`), the KV pool vLLM would allocate at start-up (kvplan size's
     prediction at its defaults), vLLM's scheduler defaults (prefix caching on unless
@@ -101,7 +101,8 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
             f"allocators:\n  - {{kind: paged, block_size: {block_size}}}\n"
             f"scheduler: {{max_model_len: {longest}"
             + (f", max_num_seqs: {max_num_seqs}" if max_num_seqs else "")
-            + (", prefix_caching: false" if prefix_caching is False else "") + "}\n")
+            + (", prefix_caching: false" if prefix_caching is False else "") + "}\n"
+            + (f"timing: {{profile: {json_module.dumps(str(timing_profile))}}}\n" if timing_profile else ""))
 
 
 def load_text(text: str):

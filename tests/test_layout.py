@@ -18,7 +18,7 @@ RANK = {
     "sim": 4, "replay": 4, "backends": 4,
     "fleet": 5,
     "experiments": 6,
-    "plan": 7,
+    "plan": 7, "calibrate": 7,
     "report": 7,
     "check": 8,
     "cli": 9, "__main__": 10, "__init__": 10,

@@ -7,6 +7,7 @@ against published measurements is bench/timing_fidelity.py (a loose guard of it 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import math
 from pathlib import Path
 
@@ -21,14 +22,15 @@ from kvplan.model.weights import estimate_weights
 
 UNIT = StepConstants(bandwidth_efficiency=1.0, gemm_efficiency=1.0, gemm_tile_tokens=1.0, attention_efficiency=1.0,
                      step_overhead_s=1e-3, eager_overhead_per_layer_s=1e-4, request_overhead_s=1e-5,
-                     allreduce_latency_s=1e-5, link_efficiency=1.0, weight_only_gemm=0.5, frontend_latency_s=0.0)
+                     allreduce_latency_s=1e-5, link_efficiency=1.0, weight_only_gemm=0.5, frontend_latency_s=0.0,
+                     layer_overhead_s=0.0, moe_layer_overhead_s=0.0, expert_half_width=0.0)
 
 
 def toy(**kw) -> StepModel:
     base = dict(hbm_bytes_per_s=1e12, peak_flops=1e14, attention_flops=1e14, link_bytes_per_s=1e11, tp=1,
                 dense_bytes=10**9, dense_flops_per_token=1e10, expert_bytes=0, expert_flops_per_token=0.0,
                 num_experts=0, top_k=0, lm_head_flops_per_request=1e8, kv_bytes_per_token=10**5,
-                attention_flops_per_pair=1e6, hidden=4096, num_layers=10, constants=UNIT)
+                attention_flops_per_pair=1e6, hidden=4096, num_layers=10, constants=UNIT, async_scheduling=False)
     return StepModel(**{**base, **kw})
 
 
@@ -38,6 +40,39 @@ def test_a_decode_step_is_the_sum_of_its_terms():
     1e5 B / 1e12 = 0.4 ms. Total 1 + 0.044 + 1 + 0.4 = 2.444 ms."""
     m = toy()
     assert m.step_s(tokens=4, requests=4, kv_read=4000, pairs=0) == pytest.approx(2.444e-3)
+
+
+def test_async_scheduling_overlaps_the_host_time_with_the_gpus():
+    """The same batch with the engine core scheduling ahead: GPU 1 ms of weights + 0.4 ms of KV +
+    4 x 1 us of lm_head = 1.404 ms against the host's 1 ms + 4 x 10 us = 1.04 ms: the GPU's 1.404.
+    A model 10x smaller (0.1 ms of weights, 0.04 ms of KV): the host's 1.04 ms."""
+    m = toy(async_scheduling=True)
+    assert m.step_s(tokens=4, requests=4, kv_read=4000, pairs=0) == pytest.approx(1.404e-3)
+    small = toy(async_scheduling=True, dense_bytes=10**8, kv_bytes_per_token=10**4)
+    assert small.step_s(tokens=4, requests=4, kv_read=4000, pairs=0) == pytest.approx(1.04e-3)
+    assert toy().step_s(tokens=4, requests=4, kv_read=4000, pairs=0) == pytest.approx(2.444e-3)
+
+
+def test_layer_and_moe_routing_costs_are_fixed_gpu_time_a_step():
+    """10 layers x 5 us + 4 MoE layers x 20 us = 130 us on top of the sum of the terms, whatever
+    the batch (a batch of 1: 1 ms + 11 us + 1 ms weights + 0.1 ms KV + 0.13 ms)."""
+    c = replace(UNIT, layer_overhead_s=5e-6, moe_layer_overhead_s=20e-6)
+    m = toy(constants=c, moe_layers=4)
+    assert m.gpu_overhead_s == pytest.approx(130e-6)
+    assert m.step_s(tokens=1, requests=1, kv_read=1000, pairs=0) == pytest.approx(
+        1e-3 + 11e-6 + 1e-3 + 0.1e-3 + 130e-6)
+
+
+def test_a_narrow_expert_streams_its_weights_below_the_hbm_rate():
+    """Experts 256 columns wide on this GPU with a half-rate width of 256: their weights stream at
+    half the rate (one token: 2 of 8 experts' 2e8 B at 0.5 TB/s = 0.4 ms); 2,048 wide: 8/9 of it."""
+    c = replace(UNIT, expert_half_width=256.0)
+    narrow = toy(constants=c, num_experts=8, top_k=2, expert_bytes=8 * 10**8, expert_flops_per_token=1e9,
+                 expert_width=256)
+    assert narrow.expert_stream_share == pytest.approx(0.5)
+    assert narrow.linear_parts(1)["experts"][0] == pytest.approx(2 * 10**8 / 0.5e12)
+    wide = replace(narrow, expert_width=2048)
+    assert wide.expert_stream_share == pytest.approx(2048 / 2304)
 
 
 def test_a_prefill_chunk_is_compute_bound_and_adds_attention_pairs():
@@ -178,24 +213,35 @@ def test_the_measurement_corpus_is_cited_and_varied():
     assert {e["tp"] for e in entries} >= {1, 2, 4, 8}
 
 
-def test_held_out_throughput_stays_near_the_fitted_level():
-    """A guard, not the target: bench/timing_fidelity.py measured a held-out median |error| of
-    throughput of 12.9% (7.7% on the fitted part) and of E2E of 6.2% (7.1%) with the constants as
-    fitted; a change that makes held-out throughput worse than 15% (or the fitted part worse than
-    12%), or held-out E2E worse than 12%, fails here."""
-    import importlib.util
-    import statistics
+def test_no_regime_gets_worse_than_the_stored_baseline():
+    """A guard of the shipped constants, not the target: bench/timing_fidelity.py --json stored the
+    median |error| per regime and metric of every restated run (tests/data/
+    timing_fidelity_baseline.json, the numbers the closing note reports); a change that makes any
+    of them worse by more than 2 points fails here. The leave-one-source-out figures are the
+    bench's (minutes of fitting: not for every test run)."""
+    from kvplan.calibrate.fit import errors, medians, run_cases
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "timing_fidelity.py"
-    spec = importlib.util.spec_from_file_location("timing_fidelity", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    entries = list(enumerate(yaml.safe_load(CORPUS.read_text(encoding="utf-8"))["measurements"]))
-    errs = bench.evaluate(entries, verbose=False, all_parts=True)
-    held = statistics.median(abs(x) for x in errs["held out"]["throughput"])
-    fitted = statistics.median(abs(x) for x in errs["fitted"]["throughput"])
-    assert held < 0.15 and fitted < 0.12 and math.isfinite(held)
-    assert len(errs["held out"]["e2e"]) >= 4 and statistics.median(abs(x) for x in errs["held out"]["e2e"]) < 0.12
+    bench = _bench()
+    cases = bench.cases(bench.load_entries())
+    errs = errors(run_cases(cases, bench.shipped_values()))
+    baseline = json.loads((CORPUS.parent / "timing_fidelity_baseline.json").read_text(encoding="utf-8"))
+    worse = []
+    for regime, stored in baseline.items():
+        got = medians(errs, [c.regime == regime for c in cases])
+        for metric, value in stored.items():
+            if got[metric][0] > value + 0.02:
+                worse.append(f"{regime} {metric}: {got[metric][0]:.1%} > {value:.1%}")
+    assert worse == [] and set(baseline) >= {"light load", "closed loops", "single requests"}
+
+
+def test_new_measurements_say_who_measured_them_and_how_the_client_sent():
+    entries = yaml.safe_load(CORPUS.read_text(encoding="utf-8"))["measurements"]
+    with_client = [e for e in entries if "client" in e]
+    assert len(with_client) >= 60
+    for e in with_client:
+        c = e["client"]
+        assert e["source_group"] and c["load"] in ("rate", "concurrency", "single"), e["id"]
+        assert (c["load"] == "rate") == bool(e["setup"]["request_rate"]), e["id"]
 
 
 def _bench():
@@ -330,13 +376,53 @@ def test_the_api_server_spreads_a_burst_and_latencies_count_from_the_send():
     assert ttft[3] >= 3e-3  # waited for the three before it at the API server
 
 
-def test_the_bench_reports_bursts_apart():
-    """A 1,000-request ShareGPT run sent all at once is a burst; the same run at a stated rate, or
-    behind a concurrency limit, or an offline table, is not."""
+def test_the_bench_reports_bursts_apart_and_never_fits_them():
+    """A ShareGPT run sent all at once is a burst, kept out of the fit; the same run at a stated
+    rate, or behind a concurrency limit (one client: single requests), or an offline table, is
+    not."""
     bench = _bench()
     run = {"kind": "online", "setup": {"num_prompts": 1000, "request_rate": None, "max_concurrency": None}}
-    assert bench.burst(run)
+    assert bench.burst(run) and bench.regime(run) == "bursts"
     assert not bench.burst({**run, "setup": {**run["setup"], "request_rate": 4.0}})
-    assert not bench.burst({**run, "setup": {**run["setup"], "max_concurrency": 16}})
-    assert not bench.burst({**run, "kind": "offline_throughput"})
-    assert set(bench.SLICES) >= {"bursts of >= 500 requests at once", "without bursts of >= 500 requests at once"}
+    assert bench.regime({**run, "setup": {**run["setup"], "max_concurrency": 16}}) == "closed loops"
+    assert bench.regime({**run, "setup": {**run["setup"], "max_concurrency": 1}}) == "single requests"
+    assert bench.regime({**run, "kind": "offline_throughput"}) == "offline tables"
+    entries = bench.load_entries()
+    by_id = {c.id: c for c in bench.cases(entries)}
+    bursts = [e["id"] for e in entries if bench.burst(e) and e["id"] in by_id]
+    assert bursts and not any(by_id[i].fitted for i in bursts)
+    assert all(c.fitted for c in by_id.values() if c.regime != "bursts")
+
+
+def _flag_run(rate, count, prompt, output, model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100-80GB"):
+    from kvplan.experiments import flag_workload, load_text
+    from kvplan.sim.engine import simulate
+
+    wl = load_text(flag_workload(model, gpu, 1, rate, str(prompt), str(output), count))
+    return wl, simulate(wl, wl.allocators[0])
+
+
+def test_at_near_zero_load_ttft_is_the_api_servers_share_plus_one_prefill_step():
+    """Requests 100 s apart never meet: each one's TTFT is the API server's share (nothing else
+    streams when it is sent) plus the one step that prefills its 1,000 tokens and samples its
+    first token (to the clock's whole picoseconds: the per-pair time rounded once, times 500,500
+    pairs, is within 1e-5 of the float)."""
+    from kvplan.model.step_time import prefill_pairs
+
+    wl, r = _flag_run(0.01, 5, 1000, 20)
+    step = wl.timing.step
+    prefill = step.step_s(tokens=1000, requests=1, kv_read=0, pairs=prefill_pairs(1000, 0))
+    assert r.ttft.mean == pytest.approx(step.constants.frontend_latency_s + prefill, rel=1e-5)
+    assert r.ttft.p99 == pytest.approx(r.ttft.mean, rel=1e-9)
+
+
+@pytest.mark.parametrize("prompt, output", [(500, 200), (2000, 100), (100, 500)])
+def test_a_saturated_replica_serves_what_the_closed_form_steady_state_gives(prompt, output):
+    """Every request at once, so the server runs saturated from start to end: its throughput is
+    within 15% of steady_state's B / (output x step(B)) (the ramp-up and the drain are the rest)."""
+    from kvplan.model.step_time import steady_state
+
+    wl, r = _flag_run(None, 3000, prompt, output)
+    s = wl.scheduler
+    closed = steady_state(wl.timing.step, prompt, output, s.max_num_seqs, s.max_num_batched_tokens, wl.pool.slots)
+    assert r.throughput_rps == pytest.approx(closed["requests_per_s"], rel=0.15)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import typer
 
+from kvplan.cli.calibrate import calibrate
 from kvplan.cli.catalog import gpus, models
 from kvplan.cli.check import check
 from kvplan.cli.examples import examples, schema
@@ -65,5 +66,5 @@ def _short_help(command) -> str:
     return (command.__doc__ or "").strip().splitlines()[0]
 
 
-for command in (size, step, simulate, plan, examples, schema, validate, models, gpus, check):
+for command in (size, step, simulate, plan, calibrate, examples, schema, validate, models, gpus, check):
     app.command(short_help=_short_help(command))(command)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help="auto, fp32, bf16, fp16, fp8, int8 or int4 (auto = the config's dtype).")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree: KV heads split across GPUs.")]
+TimingProfileOpt = Annotated[Optional[Path], typer.Option("--timing-profile", help="Step-time constants fitted on your own runs (a file written by kvplan calibrate) instead of the shipped ones.")]

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvplan.cli.options import JsonOpt
+from kvplan.cli.options import JsonOpt, TimingProfileOpt
 from kvplan.errors import UsageError
 
 DEFAULT_TPS = "1,2,4,8"
@@ -43,6 +43,7 @@ def plan(
     csv: Annotated[Optional[Path], typer.Option(help="Write the ranked table as CSV.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write the cost/latency chart (.png or .svg).")] = None,
     html: Annotated[Optional[Path], typer.Option(help="Write a self-contained HTML report: the answer, the chart, the table, the assumptions.")] = None,
+    timing_profile: TimingProfileOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Find the cheapest deployment that serves a traffic within latency targets.
@@ -121,6 +122,13 @@ def plan(
         traffic = from_workload(workload, rate, count)
     else:
         traffic = Traffic(rate, p, o, 2000 if count is None else count)
+    if timing_profile is not None:
+        from dataclasses import replace
+
+        from kvplan.model.timing_profile import profile_option
+
+        profile_option(timing_profile)  # refused here, in one line, before anything runs
+        traffic = replace(traffic, timing_profile=os.path.realpath(timing_profile))
     targets = Targets(ttft_p99, tpot_p99, e2e_p99, goodput)
     from kvplan.cli.progress import StderrBar
 

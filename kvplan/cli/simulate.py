@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvplan.cli.options import JsonOpt
+from kvplan.cli.options import JsonOpt, TimingProfileOpt
 from kvplan.errors import UsageError
 
 
@@ -32,6 +32,7 @@ def simulate(
     output: Annotated[Optional[str], typer.Option(help="Without a workload file: output tokens of every request (default 200).")] = None,
     count: Annotated[Optional[int], typer.Option(help="Without a workload file: requests (default 1000).")] = None,
     show_workload: Annotated[bool, typer.Option("--show-workload", help="Print the workload YAML a flag-only run uses (to stderr with --json).")] = False,
+    timing_profile: TimingProfileOpt = None,
 ) -> None:
     """Replay a workload through contiguous and paged allocators and compare them.
 
@@ -43,7 +44,7 @@ def simulate(
 
     options = _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks)
     flags = {"--model": model, "--gpu": gpu, "--tp": tp, "--rate": rate, "--prompt": prompt, "--output": output,
-             "--count": count}
+             "--count": count, "--timing-profile": timing_profile}
     if workload is not None:
         given = [name for name, value in flags.items() if value is not None]
         if given:
@@ -61,7 +62,8 @@ def simulate(
         from kvplan.experiments import flag_workload, load_text
 
         text = flag_workload(model, "H100-80GB" if gpu is None else gpu, 1 if tp is None else tp, rate,
-                             prompt or "1000", output or "200", 1000 if count is None else count)
+                             prompt or "1000", output or "200", 1000 if count is None else count,
+                             timing_profile=_profile_path(timing_profile))
         if show_workload:
             import sys
 
@@ -179,3 +181,15 @@ def _block_sizes(text: Optional[str]) -> list[int] | None:
     if not sizes or any(s < 1 or s > 1 << 20 for s in sizes):
         raise bad
     return sorted(set(sizes))
+
+
+def _profile_path(path: Path | None) -> str | None:
+    """A --timing-profile, checked (one line on a bad file) and made absolute for the workload."""
+    if path is None:
+        return None
+    import os
+
+    from kvplan.model.timing_profile import profile_option
+
+    profile_option(path)
+    return os.path.realpath(path)

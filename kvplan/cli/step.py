@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvplan.cli.options import JsonOpt, KvDtypeOpt, TpOpt
+from kvplan.cli.options import JsonOpt, KvDtypeOpt, TimingProfileOpt, TpOpt
 
 
 def step(
@@ -19,6 +19,7 @@ def step(
     kv_dtype: KvDtypeOpt = "auto",
     quantization: Annotated[Optional[str], typer.Option(help="vLLM's online quantization of a bf16 checkpoint: fp8.")] = None,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs.")] = False,
+    timing_profile: TimingProfileOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """The step-time model shown: one decode step and one prefill chunk, term by term.
@@ -28,7 +29,8 @@ def step(
     from kvplan.model.step import step_of
 
     report = step_of(model, gpu=gpu, tp=tp, batch=batch, context=context, chunk=chunk, kv_dtype=kv_dtype,
-                     quantization=quantization, enforce_eager=enforce_eager)
+                     quantization=quantization, enforce_eager=enforce_eager,
+                     timing_profile=None if timing_profile is None else str(timing_profile))
     if json:
         from kvplan.report.output import emit_json
 

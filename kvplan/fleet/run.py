@@ -118,6 +118,10 @@ def read_groups(workload: Workload) -> list[Group]:
         else:
             doc = {k: top[k] for k in INHERITED if k in top}
             doc.update(own)
+            timing = doc.get("timing")
+            if isinstance(timing, dict) and isinstance(timing.get("profile"), str):  # relative to the fleet file,
+                # not to the temporary file the group is read from
+                doc["timing"] = {**timing, "profile": str(Path(workload.path).parent / timing["profile"])}
             doc.update(name=f"{workload.name}:{name}", experiment="serve",
                        requests={"count": 1, "prompt": {"dist": "fixed", "value": 1},
                                  "output": {"dist": "fixed", "value": 1}, "arrival": {"process": "all_at_once"}})

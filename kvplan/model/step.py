@@ -6,7 +6,7 @@ from kvplan.errors import UsageError
 from kvplan.model.build import build_layout
 from kvplan.model.gpus import get_gpu
 from kvplan.model.resolve import load_spec
-from kvplan.model.step_time import step_report
+from kvplan.model.step_time import CONSTANTS, step_report
 from kvplan.model.weights import estimate_weights
 
 LIMIT = 2**31
@@ -14,7 +14,7 @@ LIMIT = 2**31
 
 def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64, context: int = 4096,
             chunk: int = 8192, kv_dtype: str = "auto", quantization: str | None = None,
-            enforce_eager: bool = False) -> dict:
+            enforce_eager: bool = False, timing_profile: str | None = None) -> dict:
     for name, value in (("--batch", batch), ("--context", context), ("--chunk", chunk)):
         if not 1 <= value <= LIMIT:
             raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=name)
@@ -22,5 +22,13 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     spec = load_spec(model)
     layout = build_layout(spec, kv_dtype, tp)
     weights = estimate_weights(spec, quantization)
-    return step_report(spec, layout, weights, gpu_spec, tp=tp, batch=batch, context=context, chunk=chunk,
-                       enforce_eager=enforce_eager)
+    constants = CONSTANTS
+    if timing_profile is not None:
+        from kvplan.model.timing_profile import profile_option
+
+        constants = profile_option(timing_profile)
+    report = step_report(spec, layout, weights, gpu_spec, tp=tp, batch=batch, context=context, chunk=chunk,
+                         enforce_eager=enforce_eager, constants=constants)
+    report["timing_profile"] = timing_profile
+    return report
+

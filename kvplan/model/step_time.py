@@ -1,14 +1,28 @@
 """How long one serving step takes on one GPU of a tensor-parallel group: the physics, term by term.
 
 A step of vLLM runs every layer once over the tokens it schedules (a prefill chunk of many tokens,
-one token per decoding request). Its time is the sum of the kernels it runs one after another
-(the work is combined, not the larger of two separate estimates):
+one token per decoding request). Its GPU time is the sum of the kernels it runs one after another
+(the work is combined, not the larger of two separate estimates), and the engine core's host
+time (scheduling, input preparation, the sampled tokens' bookkeeping) comes on top of it or
+beside it:
 
-    step = overhead + per_request x requests
+    gpu  = layer_overhead x layers + moe_layer_overhead x moe_layers    fixed GPU time a step
+         + lm_head x requests
          + linear(n)                          the weight matrices, for n tokens
          + kv_read x kv_per_token             decode attention reads every held token's KV
          + pairs x attention_per_pair         prefill attention: chunk x context token pairs
          + allreduce(n)                       tp > 1: two all-reduces per layer
+    host = step_overhead + request_overhead x requests
+    step = gpu + host                         synchronous scheduling (vLLM before 0.14, V0)
+    step = max(gpu, host)                     async scheduling (vLLM's default from 0.14): the
+                                              engine core prepares step n + 1 while the GPU runs n
+
+vLLM's engine core loop (vllm/v1/engine/core.py) is schedule -> execute_model -> update_from_output;
+with async scheduling (vllm/v1/core/sched/async_scheduler.py, vllm-project/vllm#19970, the default
+since #27614) the scheduler runs one step ahead with placeholders for the tokens not yet sampled,
+so the host work hides behind the GPU's until it is the longer. Detokenizing and streaming every
+token happen in another process, the API server (AsyncLLM's output handler), and cost no engine
+step: they are FRONTEND_LATENCY_S and STREAM_TOKEN_S below.
 
 - linear(n): each GEMM is bound by reading its weights or by its FLOPs, whichever is slower:
   max(bytes read / (HBM x BANDWIDTH_EFFICIENCY), 2 x params x n / (MAMF x gemm_efficiency(n))).
@@ -44,9 +58,16 @@ one token per decoding request). Its time is the sum of the kernels it runs one 
 - allreduce(n): 2 per layer, each ALLREDUCE_LATENCY_S + 2 (tp - 1) / tp x n x hidden x 2 B over
   the GPU's link (NVLink on SXM parts, PCIe on L4/L40S/A10G) at LINK_EFFICIENCY of its figure on
   NVLink, PCIE_NCCL_SHARE of it on PCIe (NCCL's own rating of a PCIe link; see there).
-- overhead: STEP_OVERHEAD_S a step with CUDA graphs (scheduling, input preparation, sampling
-  launch), plus EAGER_OVERHEAD_PER_LAYER_S per layer with --enforce-eager (kernel launches);
-  per_request: REQUEST_OVERHEAD_S (sampling and output processing per scheduled request).
+- Fixed GPU time: LAYER_OVERHEAD_S per layer (each of a layer's ~10 kernels ramps up and drains,
+  a few us inside a CUDA graph: the same on an H100 and an H200, which is why a batch-1 decode
+  gains far less than the bandwidth from the faster HBM), MOE_LAYER_OVERHEAD_S per MoE layer (the
+  router, top-k, sorting tokens by expert, permute and unpermute kernels), and
+  EAGER_OVERHEAD_PER_LAYER_S per layer with --enforce-eager (kernel launches).
+- MoE experts at a narrow per-GPU width w (moe_intermediate_size / tp) stream their weights at
+  w / (w + EXPERT_HALF_WIDTH) of the HBM rate: a fused-MoE kernel tiles each expert's slab, and
+  an expert of 2,048 columns split 8 ways gives too few tiles to keep HBM busy.
+- Host time: STEP_OVERHEAD_S a step and REQUEST_OVERHEAD_S per scheduled request (the engine
+  core's Python work), in series or overlapped as above.
 - Weight-only quantized GEMMs (GPTQ, AWQ, MXFP4 and NVFP4 where the GPU has no fp4 units)
   dequantize in their inner loop: their compute runs at WEIGHT_ONLY_GEMM x the bf16 efficiency.
 - FRONTEND_LATENCY_S: what a client measures on top of the engine's TTFT and E2E (HTTP,
@@ -63,9 +84,11 @@ one token per decoding request). Its time is the sum of the kernels it runs one 
 
 Figures of the GPU (HBM bandwidth, dense bf16 and fp8 peaks, link bandwidth) are data-sheet
 values from kvplan/model/gpus.json; its achievable matmul FLOP/s are measured ones (MAMF_BF16,
-MAMF_FP8, with their source). The constants in CAPITALS are the global ones fitted on the cited
-measurements of tests/data/step_time_measurements.yaml (bench/timing_fidelity.py: a third of them
-held out), each within a physically possible range; none depends on a model or a GPU.
+MAMF_FP8, with their source). The fields of StepConstants are the global constants fitted on the
+cited measurements of tests/data/step_time_measurements.yaml (bench/timing_fidelity.py --fit, on
+every source but the all-at-once bursts; validated leave-one-source-out), each within
+PHYSICAL_RANGES; none depends on a model or a GPU. `kvplan calibrate` fits them on a user's own
+runs instead (kvplan/model/timing_profile.py).
 ENGINE_OVERHEAD_FACTOR and SERVER_FRONTEND_FACTOR only restate other engines' and servers'
 published measurements for that comparison (vLLM's, what kvplan simulates, are 1).
 """
@@ -78,40 +101,53 @@ from dataclasses import asdict, dataclass, replace
 from kvplan.model.config import ConfigReader, ModelSpec
 from kvplan.model.gpus import GPU
 from kvplan.model.layout import KVLayout
-from kvplan.model.weights import WeightEstimate, moe_shape
+from kvplan.model.weights import WeightEstimate, moe_layers, moe_shape
 
 
 @dataclass(frozen=True, slots=True)
 class StepConstants:
     """The fitted global constants (see the module docstring)."""
 
-    # Fitted by bench/timing_fidelity.py --fit on the fitted two thirds of the corpus, each within
-    # the range the physics allows (FIT_RANGES there); what each stands for, and its grounding:
-    bandwidth_efficiency: float = 0.9  # share of the data-sheet HBM bandwidth a weight / KV stream
-    #   reaches (STREAM-like copies reach 0.8-0.9 of it on H100 and A100; fitted at the top)
-    gemm_efficiency: float = 0.75  # LLM-shaped GEMMs against the best shape's MAMF (cuBLAS loses to
+    # Fitted by bench/timing_fidelity.py --fit on the corpus (bursts left out), each within the
+    # range the physics allows (PHYSICAL_RANGES below); what each stands for:
+    bandwidth_efficiency: float = 0.67  # share of the data-sheet HBM bandwidth a decode step's weight
+    #   and KV reads reach (STREAM-like copies reach 0.8-0.9; the fit's lower figure also carries
+    #   what a step reads and waits for beyond its GEMMs and attention: norms, rotary, sampling)
+    gemm_efficiency: float = 0.792  # LLM-shaped GEMMs against the best shape's MAMF (cuBLAS loses to
     #   wave quantization and epilogues on N, K of a few thousand)
     gemm_tile_tokens: float = 128.0  # rows of a GEMM tile (CUTLASS / cuBLAS tiles of 64-256 rows)
-    attention_efficiency: float = 0.50  # FlashAttention prefill FLOP/s against the bf16 data-sheet
+    attention_efficiency: float = 0.408  # FlashAttention prefill FLOP/s against the bf16 data-sheet
     #   peak (FlashAttention-2 reaches 0.5-0.7 of A100's, FlashAttention-3 0.6-0.75 of H100's in the
     #   forward pass, less on short chunks and varlen batches)
-    step_overhead_s: float = 1.75e-3  # vLLM V1's host time a step: scheduling, input preparation,
-    #   sampler launch, output processing, with CUDA graphs
+    step_overhead_s: float = 0.000731  # the engine core's host time a step (scheduling, input
+    #   preparation, sampler bookkeeping, handing the outputs over): serial with the GPU under
+    #   synchronous scheduling, overlapped with it under async scheduling
     eager_overhead_per_layer_s: float = 60e-6  # --enforce-eager: the launches of a layer's ~15
     #   kernels at ~4 us each (not fitted: no eager run in the corpus)
-    request_overhead_s: float = 51e-6  # host time per scheduled request and step (sampling metadata,
-    #   detokenizing and queueing its output)
-    allreduce_latency_s: float = 27e-6  # one all-reduce's fixed cost (NCCL / custom all-reduce
+    request_overhead_s: float = 2.24e-05  # the engine core's host time per scheduled request and step
+    #   (its scheduler entry, input rows, the sampled token's bookkeeping)
+    layer_overhead_s: float = 5.65e-06  # GPU time a layer costs whatever its work: the ~10 kernels of a
+    #   layer each ramp up and drain (a few us each inside a CUDA graph), the same on every GPU of a
+    #   generation; it is why a small batch gains less than the bandwidth from a faster HBM
+    moe_layer_overhead_s: float = 1.76e-05  # GPU time of an MoE layer's routing (router GEMV, top-k,
+    #   sorting tokens by expert, permute and unpermute kernels) on top of its expert GEMMs
+    expert_half_width: float = 277.0  # the per-GPU width (intermediate columns) of one expert at which
+    #   a fused-MoE kernel's weight stream reaches half of the HBM rate: a narrow expert slab (an
+    #   expert of 2,048 columns split 8 ways) gives too few tiles per expert to keep HBM busy;
+    #   0 = every width streams at full rate
+    allreduce_latency_s: float = 3.09e-05  # one all-reduce's fixed cost (NCCL / custom all-reduce
     #   launch and synchronization: 10-30 us on NVLink)
-    link_efficiency: float = 0.69  # share of the link's data-sheet bandwidth an all-reduce reaches
-    #   (NCCL's bus bandwidth on NVLink reaches 0.7-0.9 of the data sheet, less on the small
-    #   messages of decode)
-    weight_only_gemm: float = 0.41  # weight-only quantized GEMMs (GPTQ/AWQ/MXFP4...): share of bf16's
-    #   efficiency left after dequantizing in the inner loop
-    frontend_latency_s: float = 41e-3  # the API server's share of TTFT and E2E (HTTP, chat template,
-    #   tokenization, the first streamed chunk; not a GPU step)
-    frontend_request_s: float = 8e-3  # the API server's time per request, served one at a time
-    stream_token_s: float = 100e-6  # the API server's CPU time per streamed output token (detokenizing,
+    link_efficiency: float = 0.589  # share of the link's data-sheet bandwidth an all-reduce reaches
+    weight_only_gemm: float = 1.0  # weight-only quantized GEMMs (GPTQ/AWQ/MXFP4...): share of bf16's
+    #   efficiency left after dequantizing in the inner loop (fitted at the top of its range: the
+    #   corpus's weight-only runs are as fast as bf16 GEMMs would be, their dequantizing hidden)
+    frontend_latency_s: float = 10e-3  # vLLM's API server's share of TTFT and E2E (HTTP, chat template,
+    #   tokenization, the hop to the engine core, the first streamed chunk; not a GPU step). Measured,
+    #   not fitted: a client's TTFT exceeds the server's own vllm:time_to_first_token_seconds by
+    #   8.4-12.2 ms over 6 runs (vllm-project/vllm#54628), and vLLM online over offline adds 4 ms
+    #   (tenstorrent/tt-inference-server#190); 10 ms
+    frontend_request_s: float = 0.00845  # the API server's time per request, served one at a time
+    stream_token_s: float = 0.000183  # the API server's CPU time per streamed output token (detokenizing,
     #   the SSE chunk, its write), which slows its per-request work as the token rate grows
 
     def to_dict(self) -> dict:
@@ -119,19 +155,37 @@ class StepConstants:
 
 
 CONSTANTS = StepConstants()
+# What the physics allows each fitted constant (kvplan calibrate and bench/timing_fidelity.py fit
+# inside these; a timing profile outside them is refused). gemm_tile_tokens and
+# eager_overhead_per_layer_s are not fitted (no run in the corpus informs them).
+PHYSICAL_RANGES = {
+    "bandwidth_efficiency": (0.6, 0.92), "gemm_efficiency": (0.4, 1.0), "attention_efficiency": (0.3, 0.8),
+    "step_overhead_s": (0.1e-3, 6e-3), "request_overhead_s": (1e-6, 80e-6),
+    "layer_overhead_s": (0.0, 40e-6), "moe_layer_overhead_s": (0.0, 80e-6), "expert_half_width": (0.0, 1024.0),
+    "allreduce_latency_s": (3e-6, 50e-6), "link_efficiency": (0.3, 0.95), "weight_only_gemm": (0.15, 1.0),
+    "frontend_latency_s": (0.5e-3, 60e-3), "frontend_request_s": (0.0, 10e-3), "stream_token_s": (0.0, 300e-6),
+}  # fmt: skip
+# vLLM schedules asynchronously by default from this release (vllm-project/vllm#27614, "[Core] Enable
+# async scheduling by default", opened 2025-10-27; on by default in v0.14.0 of 2026-01-17 as its
+# users report, deepjavalibrary/djl#3833): the engine core schedules step n + 1 while the GPU runs
+# step n. Before it, the engine core's loop was schedule -> execute -> update, in series.
+SCHEDULER_ASYNC_FROM = (0, 14)
 # CPU-side overheads (per step and per request) of other serving engines relative to vLLM V1's,
 # for comparing with their published measurements (bench/timing_fidelity.py, fitted within its
-# FACTOR_RANGES): vLLM V0 keeps its host work on the GPU's critical path, SGLang overlaps it, a C++
+# FACTOR_PARAMS): vLLM V0 keeps its host work on the GPU's critical path, SGLang overlaps it, a C++
 # runtime (TensorRT-LLM) schedules and samples with less host time than Python ones. kvplan
 # simulates vLLM V1, whose factor is 1.
-ENGINE_OVERHEAD_FACTOR = {"vllm": 1.0, "vllm-v0": 2.0, "sglang": 1.0, "tensorrt-llm": 0.09,
-                          "tensorrt-llm-pytorch": 0.61, "other": 1.0}
-# The API server's share of a client's latencies (FRONTEND_LATENCY_S, FRONTEND_REQUEST_S and
-# STREAM_TOKEN_S) by the server in front of the engine, relative to vLLM's OpenAI server:
+ENGINE_OVERHEAD_FACTOR = {"vllm": 1.0, "vllm-v0": 1.72, "sglang": 1.0, "tensorrt-llm": 0.0601,
+                          "tensorrt-llm-pytorch": 0.337, "other": 1.0}
+# The API server's share of a client's latencies (FRONTEND_LATENCY_S) by the server in front of
+# the engine, relative to vLLM's OpenAI server; its intake and streaming costs (FRONTEND_REQUEST_S,
+# STREAM_TOKEN_S) scale by the factor where it is below 1 (a slower answer is not a slower intake).
 # trtllm-serve and NIM are OpenAI servers in Python (FastAPI) like vLLM's, taken as equal to it;
-# SGLang's tokenizes in its own process and Triton's server is C++ (fitted); offline benchmarks
-# (trtllm-bench, TensorRT-LLM's gptSessionBenchmark) time the engine itself, with no server at all.
-SERVER_FRONTEND_FACTOR = {"vllm-openai": 1.0, "trtllm-serve": 1.0, "nim": 1.0, "sglang": 0.59, "triton": 0.25,
+# SGLang's hands a request from its tokenizer process to its scheduler and back through a
+# detokenizer process (fitted: 23 ms where vLLM's is 10; the SGLang runs of several sources want
+# more), Triton's server is C++ (fitted); offline benchmarks (trtllm-bench, TensorRT-LLM's gptSessionBenchmark)
+# time the engine itself, with no server at all.
+SERVER_FRONTEND_FACTOR = {"vllm-openai": 1.0, "trtllm-serve": 1.0, "nim": 1.0, "sglang": 2.3, "triton": 0.47,
                           "trtllm-bench": 0.0, "gptSessionBenchmark": 0.0}
 
 
@@ -172,6 +226,10 @@ class StepModel:
     constants: StepConstants = CONSTANTS
     matmul_flops: float = 0.0  # the GPU's measured achievable matmul FLOP/s (MAMF) at that dtype; 0: peak_flops
     pcie_link: bool = False  # the GPUs talk over PCIe (no NVLink): all-reduces are NCCL rings through the host
+    moe_layers: int = 0  # layers with routed experts
+    expert_width: int = 0  # one routed expert's intermediate columns on this GPU (moe_intermediate_size / tp)
+    async_scheduling: bool = True  # the engine core schedules step n + 1 while the GPU runs step n
+    #   (vLLM's default from 0.14, SCHEDULER_ASYNC_FROM): its host time overlaps the GPU's
 
     def with_constants(self, constants: StepConstants) -> "StepModel":
         return replace(self, constants=constants)
@@ -209,10 +267,17 @@ class StepModel:
         if self.num_experts and tokens > 0:
             active = self.active_experts(tokens)
             per_expert = tokens * self.top_k / active
-            parts["experts"] = (self.expert_bytes * active / self.num_experts / bw,
+            parts["experts"] = (self.expert_bytes * active / self.num_experts / (bw * self.expert_stream_share),
                                 self.expert_flops_per_token * tokens
                                 / (self._matmul() * self.gemm_efficiency(per_expert)))
         return parts
+
+    @property
+    def expert_stream_share(self) -> float:
+        """The share of the HBM rate a fused-MoE kernel's expert weight stream reaches at this
+        GPU's expert width: w / (w + EXPERT_HALF_WIDTH)."""
+        half = self.constants.expert_half_width
+        return self.expert_width / (self.expert_width + half) if half > 0 and self.expert_width > 0 else 1.0
 
     def linear_s(self, tokens: int) -> float:
         if tokens <= 0:
@@ -237,14 +302,38 @@ class StepModel:
         return self.linear_s(tokens) + self.allreduce_s(tokens) + self.window_attention_s(tokens)
 
     @property
-    def overhead_s(self) -> float:
+    def gpu_overhead_s(self) -> float:
+        """GPU time every step costs whatever its work: each layer's fixed cost, each MoE layer's
+        routing, and with --enforce-eager the kernel launches of every layer."""
         c = self.constants
-        return c.step_overhead_s + (c.eager_overhead_per_layer_s * self.num_layers if self.enforce_eager else 0.0)
+        return (c.layer_overhead_s * self.num_layers + c.moe_layer_overhead_s * self.moe_layers
+                + (c.eager_overhead_per_layer_s * self.num_layers if self.enforce_eager else 0.0))
+
+    @property
+    def gpu_per_request_s(self) -> float:
+        """GPU time per scheduled request: the lm_head on its one sampled position."""
+        return self.lm_head_flops_per_request / (self._matmul() * self.constants.gemm_efficiency)
+
+    @property
+    def overhead_s(self) -> float:
+        """The fixed ticks every step is charged in series: the GPU's, and under synchronous
+        scheduling also the engine core's host time (async: see host_step_s)."""
+        host = 0.0 if self.async_scheduling else self.constants.step_overhead_s
+        return self.gpu_overhead_s + host
 
     @property
     def per_request_s(self) -> float:
-        c = self.constants
-        return c.request_overhead_s + self.lm_head_flops_per_request / (self._matmul() * c.gemm_efficiency)
+        host = 0.0 if self.async_scheduling else self.constants.request_overhead_s
+        return self.gpu_per_request_s + host
+
+    @property
+    def host_step_s(self) -> float:
+        """Async scheduling: the engine core's host time a step, overlapped with the GPU's."""
+        return self.constants.step_overhead_s if self.async_scheduling else 0.0
+
+    @property
+    def host_request_s(self) -> float:
+        return self.constants.request_overhead_s if self.async_scheduling else 0.0
 
     @property
     def kv_read_s_per_token(self) -> float:
@@ -255,8 +344,11 @@ class StepModel:
         return self.attention_flops_per_pair / (self.attention_flops * self.constants.attention_efficiency)
 
     def step_s(self, *, tokens: int, requests: int, kv_read: int, pairs: int) -> float:
-        return (self.overhead_s + self.per_request_s * requests + self.per_token_s(tokens)
-                + self.kv_read_s_per_token * kv_read + self.attention_s_per_pair * pairs)
+        """One step: its GPU time plus the host's (synchronous scheduling), or the longer of the
+        two (async scheduling: the host prepares step n + 1 while the GPU runs step n)."""
+        gpu = (self.overhead_s + self.per_request_s * requests + self.per_token_s(tokens)
+               + self.kv_read_s_per_token * kv_read + self.attention_s_per_pair * pairs)
+        return max(gpu, self.host_step_s + self.host_request_s * requests)
 
     def breakdown(self, *, tokens: int, requests: int, kv_read: int, pairs: int) -> dict:
         """One step's seconds by term (what `kvplan step` prints)."""
@@ -264,17 +356,36 @@ class StepModel:
         weights_read = sum(mem for mem, _ in parts.values())
         gemm = sum(max(m, c) for m, c in parts.values())
         out = {
-            "overhead": self.overhead_s + self.constants.request_overhead_s * requests,
+            "overhead": self.gpu_overhead_s,
+            "host": self.constants.step_overhead_s + self.constants.request_overhead_s * requests,
+            "host_overlapped": self.async_scheduling,
             "linear": gemm,
             "linear_weights_read": weights_read,
             "linear_flops": sum(c for _, c in parts.values()),
-            "lm_head": self.lm_head_flops_per_request * requests / (self._matmul() * self.constants.gemm_efficiency),
+            "lm_head": self.gpu_per_request_s * requests,
             "kv_read": self.kv_read_s_per_token * kv_read,
             "attention": self.attention_s_per_pair * pairs + self.window_attention_s(tokens),
             "communication": self.allreduce_s(tokens),
         }
         out["total"] = self.step_s(tokens=tokens, requests=requests, kv_read=kv_read, pairs=pairs)
         return out
+
+
+def steady_state(model: StepModel, prompt: float, output: float, max_num_seqs: int, budget: int,
+                 slots: int) -> dict:
+    """A saturated server in steady state, in closed form: B requests running, each step decodes one
+    token of each and prefills the prompts of the B / output requests that replace the finished
+    ones, so a step processes B (1 + prompt / output) tokens over B requests holding prompt +
+    output / 2 tokens each on average. B is the largest that max_num_seqs, the token budget and
+    the KV pool allow; the server then finishes B / (output x step) requests a second."""
+    output = max(output, 1.0)
+    per_request = prompt + output / 2
+    batch = min(float(max_num_seqs), budget / (1 + prompt / output), slots / max(per_request, 1.0))
+    batch = max(batch, 1.0)
+    step = model.step_s(tokens=round(batch * (1 + prompt / output)), requests=round(batch),
+                        kv_read=round(batch * per_request), pairs=round(batch / output * prompt * (prompt + 1) / 2))
+    return {"batch": batch, "step_s": step, "requests_per_s": batch / (output * step),
+            "output_tokens_per_s": batch / step}
 
 
 def prefill_pairs(chunk: int, held: int) -> int:
@@ -350,7 +461,8 @@ def _pair_dims(spec: ModelSpec, layer) -> int:
 
 
 def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: GPU, tp: int = 1, *,
-               enforce_eager: bool = False, constants: StepConstants = CONSTANTS) -> StepModel:
+               enforce_eager: bool = False, constants: StepConstants = CONSTANTS,
+               async_scheduling: bool = True) -> StepModel:
     """The step-time model of `spec` on `gpu`, one of `tp` ranks (see the module docstring)."""
     parts = {kind: (params, size) for kind, params, size in weights.components}
     experts_params, experts_bytes = parts.get("experts", (0, 0))
@@ -362,6 +474,7 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
     active_expert_params = weights.active_params - (weights.params - experts_params)
     dense_active = weights.active_params - active_expert_params - embed_params
     num_experts, top_k = moe_shape(spec)
+    moe_count, expert_size = moe_layers(spec) if experts_params else (0, 0)
     fp8 = fp8_compute(spec.raw, weights.scheme) and gpu.peak_fp8_flops > 0
     weight_only = weights.scheme != "none" and not fp8  # dequantized in the GEMM (fp8 too, without fp8 units)
     heads_per_gpu = max(spec.num_heads // tp, 1)
@@ -392,15 +505,19 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
         enforce_eager=enforce_eager,
         weight_only=weight_only,
         constants=constants,
+        moe_layers=moe_count,
+        expert_width=-(-expert_size // tp),
+        async_scheduling=async_scheduling,
     )
 
 
 def step_report(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: GPU, *, tp: int = 1,
-                batch: int = 64, context: int = 4096, chunk: int = 8192, enforce_eager: bool = False) -> dict:
+                batch: int = 64, context: int = 4096, chunk: int = 8192, enforce_eager: bool = False,
+                constants: StepConstants = CONSTANTS) -> dict:
     """What `kvplan step` prints: one decode step of `batch` requests at `context` tokens each,
     and one prefill chunk of `chunk` tokens starting at token 0, each broken into its terms,
     with the tokens/s they imply."""
-    model = step_model(spec, layout, weights, gpu, tp, enforce_eager=enforce_eager)
+    model = step_model(spec, layout, weights, gpu, tp, enforce_eager=enforce_eager, constants=constants)
     # what the engine's step reads for one request at `context` tokens: sliding-window layers only
     # their window (vLLM's hybrid KV cache manager), in tokens of every layer
     per_token = [(g.bytes_per_token, g.tokens_held(context)) for g in layout.groups if g.bytes_per_token]

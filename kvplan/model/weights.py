@@ -212,6 +212,16 @@ def moe_shape(spec: ModelSpec) -> tuple[int, int]:
     return experts, min(cfg.int("num_experts_per_tok", "experts_per_token", default=1), experts)
 
 
+def moe_layers(spec: ModelSpec) -> tuple[int, int]:
+    """(MoE layers, one routed expert's intermediate size) of an MoE model; (0, 0) for a dense one."""
+    cfg = ConfigReader(spec.raw, spec.source)
+    experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", default=0, positive=False)
+    if not experts or "block_configs" in spec.raw or spec.model_type == "nemotron_h":
+        return 0, 0
+    count = sum(1 for i in range(len(spec.layers)) if _is_moe_layer(cfg, i))
+    return count, cfg.int("moe_intermediate_size", "intermediate_size")
+
+
 def engine_shape(spec: ModelSpec) -> dict:
     """The sizes vLLM's profiling run depends on (kvplan/model/vllm_memory.py): the hidden size,
     the widest MLP one token passes (dense intermediate, or top_k experts plus shared ones),

@@ -25,6 +25,7 @@ class Traffic:
     workload: str | None = None
     base_rate: float = 1.0
     max_model_len: int | None = None
+    timing_profile: str | None = None  # a kvplan calibrate profile's path (absolute), else the shipped constants
 
 
 WEIGHT_QUANTIZATIONS = ("none", "fp8", "awq", "gptq-int4", "gptq-int8")  # kvplan/model/resolve.QUANT_SUFFIXES
@@ -107,7 +108,8 @@ def config_workload(model: str, traffic: Traffic, config: Config):
     text = flag_workload(config.model_id(model), config.gpu, config.tp, 1.0, str(max(1, round(traffic.prompt))),
                          str(max(1, round(traffic.output))), traffic.count, kv_dtype=config.kv_dtype,
                          max_num_seqs=config.max_num_seqs, block_size=config.block_size,
-                         prefix_caching=config.prefix_caching, max_model_len=traffic.max_model_len)
+                         prefix_caching=config.prefix_caching, max_model_len=traffic.max_model_len,
+                         timing_profile=traffic.timing_profile)
     wl = load_text(text)
     if traffic.workload is None:
         return wl

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kvplan.report.output import console
 
 TERMS = (
-    ("overhead", "overhead (step, per request)"),
+    ("overhead", "GPU fixed cost (layers, MoE routing)"),
     ("linear", "linear layers"),
     ("linear_weights_read", "  weights read (memory bound)"),
     ("linear_flops", "  GEMM FLOPs (compute bound)"),
@@ -13,6 +13,7 @@ TERMS = (
     ("kv_read", "KV read (decode attention)"),
     ("attention", "attention FLOPs (prefill)"),
     ("communication", "all-reduces (tp > 1)"),
+    ("host", "engine host time (step, per request)"),
     ("total", "step"),
 )
 
@@ -38,6 +39,8 @@ def render_step(r: dict) -> None:
               f"{_ms(api['while_decode_streams'])} while this decode streams {r['decode_tokens_per_s']:,.0f} "
               f"tokens/s at {api['per_streamed_token'] * 1e6:,.0f} us a token; requests taken in one at a "
               f"time, {_ms(api['intake_one_at_a_time'])} each")
-    out.print(f"[dim]the larger of weights read and GEMM FLOPs counts for each GEMM; weights "
+    host = ("async scheduling: the host time overlaps the GPU's, a step takes the longer of the two"
+            if r["decode_s"]["host_overlapped"] else "synchronous scheduling: the host time adds to the GPU's")
+    out.print(f"[dim]{host}; the larger of weights read and GEMM FLOPs counts for each GEMM; weights "
               f"{r['weights_scheme']}{', fp8 compute' if r['fp8_compute'] else ''}, KV {r['kv_dtype']}"
               f"{', eager' if r['enforce_eager'] else ', CUDA graphs'}; model: kvplan/model/step_time.py[/dim]")

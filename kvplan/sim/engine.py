@@ -47,8 +47,9 @@ def longest_step(setup: SimSetup) -> int:
         return 1
     budget = s.max_num_batched_tokens
     if c.physical:  # every slot read, a full budget processed, the budget attending the whole pool
-        step = (c.overhead + c.per_request * s.max_num_seqs + c.linear_ticks(budget)
-                + c.kv_per_token * setup.slots + c.attention_per_pair * budget * (setup.slots + budget))
+        step = max(c.overhead + c.per_request * s.max_num_seqs + c.linear_ticks(budget)
+                   + c.kv_per_token * setup.slots + c.attention_per_pair * budget * (setup.slots + budget),
+                   c.host + c.host_per_request * s.max_num_seqs)
     else:
         step = c.overhead + max(c.weights + c.kv_per_token * setup.slots, c.compute_per_token * budget)
     if step > MAX_EVENT_TICKS:
@@ -70,6 +71,7 @@ def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
         K.MAX_JUMP: max(1, min(K.KCAP, MAX_EVENT_TICKS // longest_step(setup))),
         K.PHYSICAL: c.physical, K.REQ_TICKS: c.per_request, K.ATTN_TICKS: c.attention_per_pair,
         K.LIN_LEN: len(c.linear), K.LIN_SLOPE: c.linear_slope,
+        K.HOST_TICKS: c.host, K.HOST_REQ_TICKS: c.host_per_request,
         K.PREFIX: setup.prefix_caching, K.PER: 1,
         K.HYBRID: h is not None, K.HY_FULL: h.full if h else 1, K.HY_SLIDE: h.sliding if h else 0,
         K.HY_WINDOW: h.window if h else 0, K.HY_STATE: h.state if h else 0,

@@ -153,7 +153,9 @@ HY_WINDOW = 28      # hybrid: their window, in tokens
 HY_STATE = 29       # hybrid: blocks of recurrent state a request holds (groups x pages)
 HY_KV_FULL = 30     # hybrid: KV bytes per token of the full-attention layers
 HY_KV_SLIDE = 31    # hybrid: KV bytes per token of the sliding-window layers
-NUM_SETTINGS = 32   # cfg[NUM_SETTINGS + n]: ticks of the linear layers and all-reduces for n tokens
+HOST_TICKS = 32     # physical, async scheduling: the engine core's host ticks a step (overlaps the GPU)
+HOST_REQ_TICKS = 33 # physical, async scheduling: its host ticks per scheduled request
+NUM_SETTINGS = 34   # cfg[NUM_SETTINGS + n]: ticks of the linear layers and all-reduces for n tokens
 
 # -- acc[ACC_ROW, limb]: time integrals of ... dt ----------------------------------------------------
 # np.int64, not Python ints: numba compiles a separate copy of a function for every distinct int
@@ -253,8 +255,10 @@ def step_dt(cfg, kv_read, tokens, nreq, pairs):
     if cfg[TIMED] == 0:
         return 1
     if cfg[PHYSICAL] != 0:
-        return (cfg[OVERHEAD] + cfg[REQ_TICKS] * nreq + linear_ticks(cfg, tokens)
-                + cfg[KV_TICKS] * kv_read + cfg[ATTN_TICKS] * pairs)
+        gpu = (cfg[OVERHEAD] + cfg[REQ_TICKS] * nreq + linear_ticks(cfg, tokens)
+               + cfg[KV_TICKS] * kv_read + cfg[ATTN_TICKS] * pairs)
+        host = cfg[HOST_TICKS] + cfg[HOST_REQ_TICKS] * nreq
+        return gpu if gpu > host else host
     memory = cfg[WEIGHT_TICKS] + cfg[KV_TICKS] * kv_read
     compute = cfg[FLOP_TICKS] * tokens
     return cfg[OVERHEAD] + (memory if memory > compute else compute)
@@ -264,12 +268,17 @@ def step_dt(cfg, kv_read, tokens, nreq, pairs):
 def jump_params(cfg, h0, n):
     """Decode steps j = 0, 1, ... of n requests holding h0 tokens: dt_j = flat for j < jstar,
     then base + slope * j (the KV read grows by n tokens a step). The physical model is linear
-    from the first step (jstar 0)."""
+    from the first step (jstar 0), unless async scheduling's host time is the longer at first:
+    then flat is that host time, until the growing GPU time passes it."""
     if cfg[TIMED] == 0:
         return 1, 0, 0, INF
     if cfg[PHYSICAL] != 0:
         base = cfg[OVERHEAD] + cfg[REQ_TICKS] * n + linear_ticks(cfg, n) + cfg[KV_TICKS] * h0
-        return base, base, cfg[KV_TICKS] * n, 0
+        slope = cfg[KV_TICKS] * n
+        host = cfg[HOST_TICKS] + cfg[HOST_REQ_TICKS] * n
+        if host <= base:
+            return base, base, slope, 0
+        return host, base, slope, (INF if slope == 0 else cdiv(host - base, slope))
     memory = cfg[WEIGHT_TICKS] + cfg[KV_TICKS] * h0
     compute = cfg[FLOP_TICKS] * n
     slope = cfg[KV_TICKS] * n

@@ -4,8 +4,12 @@ Without a GPU (`TimingConfig.gpu_name` is None) a tick is one step and every ste
 With a GPU a tick is one picosecond. The default model is the physical one of
 kvplan/model/step_time.py, turned into integers once here:
 
-    step = overhead + per_request * requests + linear[tokens] + kv_per_token * kv_read
+    gpu  = overhead + per_request * requests + linear[tokens] + kv_per_token * kv_read
            + attention_per_pair * pairs
+    step = max(gpu, host + host_per_request * requests)
+
+(host and host_per_request are 0 under synchronous scheduling, where the host time is part of
+overhead and per_request; under async scheduling the engine core's host work overlaps the GPU.)
 
 where linear[n] (the linear layers and all-reduces of a step of n tokens, a curve, not a
 constant) is tabulated for every n up to the token budget (and extended by its last slope
@@ -55,6 +59,8 @@ class StepClock:
     frontend: int = 0  # physical: ticks a client sees on top of TTFT and E2E (the API server)
     frontend_service: int = 0  # physical: ticks the API server spends on each request, one at a time
     stream_token: int = 0  # physical: ticks of the API server's time per streamed output token
+    host: int = 0  # physical, async scheduling: the engine core's host ticks a step (overlapped)
+    host_per_request: int = 0  # physical, async scheduling: its host ticks per scheduled request
 
     @property
     def ticks_per_unit(self) -> int:
@@ -77,8 +83,9 @@ class StepClock:
         if not self.timed:
             return 1
         if self.physical:
-            return (self.overhead + self.per_request * requests + self.linear_ticks(tokens)
-                    + self.kv_per_token * kv_read + self.attention_per_pair * pairs)
+            gpu = (self.overhead + self.per_request * requests + self.linear_ticks(tokens)
+                   + self.kv_per_token * kv_read + self.attention_per_pair * pairs)
+            return max(gpu, self.host + self.host_per_request * requests)
         memory = self.weights + self.kv_per_token * kv_read
         return self.overhead + max(memory, self.compute_per_token * tokens)
 
@@ -168,4 +175,5 @@ def _physical_clock(step, token_budget: int) -> StepClock:
                      attention_per_pair=_ticks(step.attention_s_per_pair), linear=linear, linear_slope=slope,
                      frontend=_ticks(step.constants.frontend_latency_s),
                      frontend_service=_ticks(step.constants.frontend_request_s),
-                     stream_token=_ticks(step.constants.stream_token_s))
+                     stream_token=_ticks(step.constants.stream_token_s),
+                     host=_ticks(step.host_step_s), host_per_request=_ticks(step.host_request_s))

@@ -83,7 +83,8 @@ def workload_schema() -> dict:
     timing_props = {"model": {"enum": ["physical", "roofline"]},
                     "bandwidth_efficiency": {"type": "number", "minimum": 0.01, "maximum": 1},
                     "flops_efficiency": {"type": "number", "minimum": 0.01, "maximum": 1},
-                    "step_overhead_ms": {"type": "number", "minimum": 0, "maximum": 1e6}}
+                    "step_overhead_ms": {"type": "number", "minimum": 0, "maximum": 1e6},
+                    "profile": {"type": "string", "description": "a timing profile file (kvplan calibrate)"}}
     assert set(scheduler_props) == set(S.SCHEDULER_KEYS) and set(timing_props) == set(S.TIMING_KEYS)
     top = {
         "name": {"type": "string"}, "seed": {"type": "integer", "minimum": 0},

@@ -76,7 +76,7 @@ SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "ch
                   "hybrid_kv_cache_manager")
 REQUEST_KEYS = ("count", "prompt", "output", "arrival")
 TRACE_KEYS = ("format", "path", "limit", "time_scale", "repeat", "too_long", "history")
-TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms")
+TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms", "profile")
 
 ResolveModel = Callable[[str, str, int, "str | None"], dict]
 
@@ -104,7 +104,7 @@ def load_workload(path: str | Path, *, resolve_model: ResolveModel | None = None
     return Workload(
         name=name, path=str(path), seed=seed, experiment=experiment, num_requests=num_requests,
         pool=pool, allocators=allocators, scheduler=scheduler,
-        timing=_timing(doc.get_map("timing", None), model, doc.get_str("gpu", None)),
+        timing=_timing(doc.get_map("timing", None), model, doc.get_str("gpu", None), path.parent),
         make_requests=make, layout=layout,
         contiguous_max_len=contiguous[0] if contiguous else mml, extras=_extras(doc),
     )
@@ -307,15 +307,26 @@ def _allocators(doc: YamlMap, mml: int) -> tuple[AllocatorSpec, ...]:
     return tuple(specs)
 
 
-def _timing(node: YamlMap | None, model: dict, gpu_name: str | None) -> TimingConfig:
-    """The step-time model: "physical" (kvplan/model/step_time.py, its fitted constants unless the
-    file overrides them) or "roofline" (overhead + max(memory, compute), efficiencies 0.8 and 0.5
-    unless given)."""
+def _timing(node: YamlMap | None, model: dict, gpu_name: str | None, base_dir: Path) -> TimingConfig:
+    """The step-time model: "physical" (kvplan/model/step_time.py, its fitted constants, or a timing
+    profile's from `kvplan calibrate`, unless the file overrides them) or "roofline" (overhead +
+    max(memory, compute), efficiencies 0.8 and 0.5 unless given)."""
     values: dict = {}
     step = model.get("step_model")
     if node is not None:
         node.expect_keys(*TIMING_KEYS)
         kind = node.get_choice("model", ("physical", "roofline"), "physical")
+        if "profile" in node:
+            from kvplan.model.timing_profile import load_profile
+
+            if kind != "physical":
+                raise node.node("profile").error("a timing profile applies to model: physical")
+            profile = node.get_input_path("profile", base_dir)
+            try:
+                constants = load_profile(profile)
+            except KvplanError as exc:
+                raise node.node("profile").error(f"{profile}: {exc.field}: {exc.message}") from None
+            step = step.with_constants(constants) if step is not None else None
         given = {key: node.get_float(key, None, ge=MIN_EFFICIENCY, le=1) if key != "step_overhead_ms"
                  else node.get_float(key, None, ge=0, le=1e6)
                  for key in ("bandwidth_efficiency", "flops_efficiency", "step_overhead_ms") if key in node}

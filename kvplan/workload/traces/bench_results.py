@@ -48,6 +48,11 @@ def _runs(path: Path) -> list[tuple[int | None, dict]]:
     return docs
 
 
+def benchmark_runs(path: Path) -> list[tuple[int | None, dict]]:
+    """(line, run) of every run a result file holds (line None for a whole-file object)."""
+    return _runs(path)
+
+
 def _list(run: dict, key: str, n: int | None, fail) -> list:
     v = run.get(key)
     if not isinstance(v, list):

@@ -1,0 +1,36 @@
+"""`kvplan calibrate` as text: the constants before and after, and the errors per metric."""
+
+from __future__ import annotations
+
+from kvplan.report.output import console
+
+METRICS = (("throughput", "output tokens/s"), ("ttft", "TTFT"), ("itl", "TPOT/ITL"), ("e2e", "E2E"))
+
+
+def _pct(d: dict | None, key: str) -> str:
+    return f"{d[key]:.1%}" if d and key in d else "-"
+
+
+def render_calibration(doc: dict) -> None:
+    from rich.table import Table
+
+    out = console()
+    table = Table(title=f"Step-time constants fitted on {len(doc['runs'])} run(s) of {doc['model']} on "
+                        f"{doc['gpu']} (tp={doc['tp']})", title_justify="left")
+    for name in ("constant", "shipped", "fitted", "range"):
+        table.add_column(name, justify="left" if name == "constant" else "right")
+    for name, value in doc["fitted"].items():
+        low, high = doc["ranges"][name]
+        table.add_row(name, f"{doc['shipped'][name]:.4g}", f"{value:.4g}", f"{low:.3g} - {high:.3g}")
+    out.print(table)
+    errors = Table(title="median |error| against the runs", title_justify="left")
+    for name in ("metric", "shipped constants", "fitted", "each run left out"):
+        errors.add_column(name, justify="left" if name == "metric" else "right")
+    for key, label in METRICS:
+        if key in doc["error_shipped"]:
+            errors.add_row(label, _pct(doc["error_shipped"], key), _pct(doc["error_fitted"], key),
+                           _pct(doc["error_leave_one_run_out"], key))
+    out.print(errors)
+    if doc["error_leave_one_run_out"] is None:
+        out.print("leave-one-run-out needs two runs or more: the fitted column is in-sample")
+    out.print(f"timing profile written to {doc['profile']} (use: --timing-profile, or timing: {{profile: ...}})")
