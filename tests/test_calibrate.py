@@ -92,9 +92,14 @@ def test_kvplan_calibrate_writes_a_profile_that_step_and_simulate_read(results, 
     assert code == code2 == 0 and json.loads(a)["results"][0]["tpot_s"] != json.loads(b)["results"][0]["tpot_s"]
 
 
+def slow_profile(path: Path) -> None:
+    """A profile whose weight and KV reads are slower than the shipped constants'."""
+    values = dict(CONSTANTS.to_dict(), bandwidth_efficiency=0.6)
+    path.write_text(yaml.safe_dump(profile_document(values, "test")), encoding="utf-8")
+
+
 def test_a_workload_names_a_profile_relative_to_itself(tmp_path, run_cli):
-    values = dict(CONSTANTS.to_dict(), bandwidth_efficiency=0.6)  # slower than the shipped constants
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(profile_document(values, "test")), encoding="utf-8")
+    slow_profile(tmp_path / "p.yaml")
     base = ("experiment: serve\nmodel: meta-llama/Llama-3.1-8B-Instruct\ngpu: H100-80GB\npool: {kv_memory: 20GiB}\n"
             "requests: {count: 40, prompt: {dist: fixed, value: 500}, output: {dist: fixed, value: 50}, "
             "arrival: {process: poisson, rate: 2}}\nallocators: [{kind: paged, block_size: 16}]\n")
@@ -159,8 +164,7 @@ def test_calibrate_never_writes_over_a_file_it_reads(results, run_cli):
 
 
 def test_a_fleet_group_reads_the_profile_relative_to_the_fleet_file(tmp_path, run_cli):
-    values = dict(CONSTANTS.to_dict(), bandwidth_efficiency=0.6)
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(profile_document(values, "test")), encoding="utf-8")
+    slow_profile(tmp_path / "p.yaml")
     fleet = ("experiment: fleet\nmodel: meta-llama/Llama-3.1-8B-Instruct\ngpu: H100-80GB\npool: {kv_memory: 20GiB}\n"
              "requests: {count: 60, prompt: {dist: fixed, value: 500}, output: {dist: fixed, value: 50}, "
              "arrival: {process: poisson, rate: 4}}\nallocators: [{kind: paged, block_size: 16}]\n"
