@@ -21,8 +21,9 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
   (tensorrt_llm/bench/build/tuning.py) or its build defaults (2048 requests, 8192 tokens); a stated
   max_num_seqs, batch size or max_model_len wins.
 - A closed loop of N clients (--max-concurrency N) is N clients, each sending its next request when
-  its answer is back: found as a fixed point of the engine (run_case), with the engine's own
-  max_num_seqs; TTFT counts from the send, as the client measures it.
+  its answer is back: the sends are the answers of an engine capped at N (kvplan/calibrate/runs.py,
+  run_benchmark), then run with the engine's own max_num_seqs; TTFT counts from the send, as the
+  client measures it.
 - ShareGPT lengths are lognormal (sigma 1.0, as workloads/kwon-sharegpt.yaml) and filtered as the
   benchmark clients filter ShareGPT (prompt <= 1024, prompt + output <= 2048, both >= 4 tokens),
   with the means the measurement's own totals imply (input = (total - output tokens/s) /
@@ -428,7 +429,7 @@ LIGHT_LOAD = 0.5  # a rate under half of what the server sustains (closed form, 
 
 def regime(entry: dict, values: dict | None = None) -> str:
     """Which regime a run is in: one request at a time; a rate under LIGHT_LOAD of the capacity the
-    step model gives in closed form at the shipped constants (kvplan/model/step_time.steady_state),
+    step model gives in closed form at `values` (cases() passes the shipped constants) (kvplan/model/step_time.steady_state),
     or above it; a closed loop of several clients; an offline table; an all-at-once burst."""
     setup = entry["setup"]
     if entry["kind"] == "latency" or setup.get("max_concurrency") == 1 or setup.get("batch_size") == 1:

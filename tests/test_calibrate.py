@@ -119,6 +119,8 @@ def test_a_workload_names_a_profile_relative_to_itself(tmp_path, run_cli):
     ("[1, 2\n", "(file)"),
     ("kvplan_timing_profile: 1\nconstants: []\n", "constants"),
     ("kvplan_timing_profile: 1\nconstants: {step_overhead_s: 1e-3}\nsurprise: 1\n", "surprise"),
+    ("kvplan_timing_profile: 1\nconstants: {gemm_tile_tokens: {value: 0}}\n", "constants.gemm_tile_tokens"),
+    ("kvplan_timing_profile: 1\nasync_scheduling: maybe\nconstants: {step_overhead_s: 1e-3}\n", "async_scheduling"),
 ])
 def test_a_bad_profile_is_one_line_naming_the_file_and_the_field(tmp_path, text, field, run_cli):
     bad = tmp_path / "bad.yaml"
@@ -191,3 +193,37 @@ def test_calibrating_on_published_runs_beats_the_shipped_constants_on_a_run_left
     for name, value in doc["fitted"].items():
         low, high = PHYSICAL_RANGES[name]
         assert low <= value <= high
+
+
+def test_a_profile_keeps_the_scheduling_of_the_runs_it_was_fitted_on(results, tmp_path, run_cli):
+    """Runs of a vLLM before 0.14 are fitted with the host time in series: the profile says so,
+    and `kvplan step` then adds the host time to the GPU's instead of overlapping them."""
+    paths, _ = results
+    out = tmp_path / "sync.yaml"
+    code, _, err = run_cli("calibrate", str(paths[1]), "--model", MODEL, "--gpu", GPU, "--out", str(out),
+                           "--fit", "bandwidth_efficiency", "--vllm-version", "0.11.0")
+    assert code == 0, err
+    assert yaml.safe_load(out.read_text(encoding="utf-8"))["async_scheduling"] is False
+    code, text, _ = run_cli("step", MODEL, "--gpu", GPU, "--json", "--timing-profile", str(out))
+    decode = json.loads(text)["decode_s"]
+    assert decode["host_overlapped"] is False
+    parts = ("overhead", "linear", "lm_head", "kv_read", "attention", "communication", "host")
+    assert decode["total"] == pytest.approx(sum(decode[k] for k in parts), rel=1e-9)
+
+
+def test_a_profile_path_takes_a_home_directory(tmp_path, monkeypatch, run_cli):
+    slow_profile(tmp_path / "p.yaml")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, text, err = run_cli("step", MODEL, "--gpu", GPU, "--json", "--timing-profile", "~/p.yaml")
+    assert code == 0, err
+    assert json.loads(text)["decode_s"]["kv_read"] > 0
+
+
+def test_a_profile_without_a_gpu_is_refused_where_it_is_named(tmp_path, run_cli):
+    slow_profile(tmp_path / "p.yaml")
+    wl = tmp_path / "w.yaml"
+    wl.write_text("experiment: serve\npool: {slots: 10000}\nrequests: {count: 5, prompt: {dist: fixed, value: 10}, "
+                  "output: {dist: fixed, value: 5}}\nallocators: [{kind: paged, block_size: 16}]\n"
+                  "timing: {profile: p.yaml}\n", encoding="utf-8")
+    code, _, err = run_cli("simulate", str(wl))
+    assert code == 2 and "profile" in err and "gpu" in err and len(err.strip().splitlines()) == 1

@@ -71,7 +71,8 @@ def read_runs(path: str | Path) -> list[Run]:
 
     path = Path(path)
     out = []
-    for line, run in benchmark_runs(path):
+    runs = benchmark_runs(path)
+    for line, run in runs:
         completed = _number(run, "completed", path, line, required=True)
         total_in = _number(run, "total_input_tokens", path, line, required=True)
         total_out = _number(run, "total_output_tokens", path, line, required=True)
@@ -90,7 +91,9 @@ def read_runs(path: str | Path) -> list[Run]:
         if not any(v for k, v in measured.items() if k != "stat"):
             raise TraceError("states none of output_throughput, mean_ttft_ms, mean_tpot_ms, mean_e2el_ms: "
                              "save it with vllm bench serve --save-result", file=path, line=line)
-        out.append(Run(str(path.resolve()), line, isinstance(run.get("input_lens"), list),
+        # a trace replay reads every run of a file: per-request lengths only from a file of one run
+        detailed = isinstance(run.get("input_lens"), list) and len(runs) == 1
+        out.append(Run(str(path.resolve()), line, detailed,
                        total_in / completed, total_out / completed, int(completed), rate, clients, measured))
     return out
 

@@ -4,7 +4,8 @@ leave-one-run-out error, and the timing profile's text."""
 from __future__ import annotations
 
 from kvplan.calibrate.bench_files import Server, predict_run, read_runs, run_text
-from kvplan.calibrate.fit import Case, Param, errors, fit, leave_one_group_out, medians, objective_of, run_cases
+from kvplan.calibrate.fit import (Case, Param, errors, fit, leave_one_group_out, linearize, medians, objective_of,
+                                  run_cases)
 from kvplan.errors import UsageError
 
 
@@ -20,14 +21,20 @@ def calibrate_runs(server: Server, paths: list[str], names: list[str], workers: 
         raise UsageError(f"expected constants among {', '.join(PHYSICAL_RANGES)}, got {', '.join(unknown) or 'none'}",
                          field="--fit")
     runs = [run for path in paths for run in read_runs(path)]
-    cases = [Case(run.name, run.name, "", predict_run, (run_text(server, run), run, server.async_scheduling))
-             for run in runs]
+    cases = [Case(run.name, f"{run.path}:{run.line}", "", predict_run,
+                  (run_text(server, run), run, server.async_scheduling)) for run in runs]
     params = [Param(n, *PHYSICAL_RANGES[n], getattr(CONSTANTS, n)) for n in names]
     shipped = CONSTANTS.to_dict()
     before = errors(run_cases(cases, shipped, workers))
-    values, rows, score = fit(cases, params, shipped, iterations=3, workers=workers)
+    for case, got in zip(cases, before):
+        if not got:
+            raise UsageError(f"{case.id}: kvplan cannot restate this run with the shipped constants (the model on "
+                             f"{server.gpu} x{server.tp}, or the file's lengths and counts)", field="results")
+    values, _, score = fit(cases, params, shipped, iterations=3, workers=workers)
     after = errors(run_cases(cases, values, workers))
-    held = leave_one_group_out(cases, params, values, rows, workers) if len(cases) > 1 else None
+    held = None
+    if len(cases) > 1:  # the linear model at the point the fit ended, where each run is left out
+        held = leave_one_group_out(cases, params, values, linearize(cases, params, values, workers), workers)
     summary = lambda errs: {m: round(v, 4) for m, (v, _) in medians(errs).items()}  # noqa: E731
     doc = {
         "model": server.model, "gpu": server.gpu, "tp": server.tp, "runs": [c.id for c in cases],
@@ -43,5 +50,6 @@ def calibrate_runs(server: Server, paths: list[str], names: list[str], workers: 
     description = (f"kvplan calibrate: {server.model} on {server.gpu} x{server.tp}, {len(cases)} run(s) of "
                    f"vllm bench serve")
     text = yaml.safe_dump(profile_document(values, description, doc["error_leave_one_run_out"],
-                                           [c.id for c in cases], tuple(names)), sort_keys=False)
+                                           [c.id for c in cases], tuple(names), server.async_scheduling),
+                          sort_keys=False)
     return doc, text

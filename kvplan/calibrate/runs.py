@@ -1,5 +1,5 @@
 """Running a measured benchmark through the serve engine: open loops as they are, closed loops of
-N clients (`vllm bench serve --max-concurrency N`) as a fixed point of the engine."""
+N clients (`vllm bench serve --max-concurrency N`) from the answers of an engine capped at N."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ def calibrate(
     kv_dtype: KvDtypeOpt = "auto",
     max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="The server's --max-num-seqs (default vllm serve's for the GPU).")] = None,
     max_num_batched_tokens: Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="The server's --max-num-batched-tokens.")] = None,
-    vllm_version: Annotated[str, typer.Option("--vllm-version", help="The vLLM release the server ran: async scheduling from 0.14.")] = "0.29",
+    vllm_version: Annotated[str, typer.Option("--vllm-version", help="The vLLM release the server ran (async scheduling from 0.14; kvplan follows 0.29).")] = "0.29",
     fit: Annotated[str, typer.Option(help="The constants to fit (the rest keep the shipped values).")] = DEFAULT_FIT,
     workers: Annotated[int, typer.Option(help="Runs simulated in parallel.")] = 1,
     json: JsonOpt = False,
@@ -39,6 +39,11 @@ def calibrate(
 
     if not 1 <= workers <= 64:
         raise UsageError(f"expected 1 to 64 workers, got {workers}", field="--workers")
+    from kvplan.fileio import note_input
+
+    for path in results:  # recorded before --out is checked: --out may never be one of them
+        if Path(path).is_file():
+            note_input(path)
     check_writable(out, "--out")
     server = Server(model, gpu, tp, kv_dtype, max_num_seqs, max_num_batched_tokens,
                     async_scheduling=_release(vllm_version) >= (0, 14))

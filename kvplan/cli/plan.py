@@ -127,8 +127,8 @@ def plan(
 
         from kvplan.model.timing_profile import profile_option
 
-        profile_option(timing_profile)  # refused here, in one line, before anything runs
-        traffic = replace(traffic, timing_profile=os.path.realpath(timing_profile))
+        # refused here, in one line, before anything runs
+        traffic = replace(traffic, timing_profile=str(profile_option(timing_profile)[0]))
     targets = Targets(ttft_p99, tpot_p99, e2e_p99, goodput)
     from kvplan.cli.progress import StderrBar
 

@@ -187,9 +187,6 @@ def _profile_path(path: Path | None) -> str | None:
     """A --timing-profile, checked (one line on a bad file) and made absolute for the workload."""
     if path is None:
         return None
-    import os
-
     from kvplan.model.timing_profile import profile_option
 
-    profile_option(path)
-    return os.path.realpath(path)
+    return str(profile_option(path)[0])

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
+from kvplan.fileio import expand
 from kvplan.fleet.routers import ROUTERS, RouterSpec, make_router
 from kvplan.sim import kernel as K
 from kvplan.sim.engine import KernelState
@@ -121,7 +122,9 @@ def read_groups(workload: Workload) -> list[Group]:
             timing = doc.get("timing")
             if isinstance(timing, dict) and isinstance(timing.get("profile"), str):  # relative to the fleet file,
                 # not to the temporary file the group is read from
-                doc["timing"] = {**timing, "profile": str(Path(workload.path).parent / timing["profile"])}
+                named = expand(timing["profile"], WorkloadError, "timing.profile")
+                doc["timing"] = {**timing, "profile": str(named if named.is_absolute()
+                                                          else Path(workload.path).parent / named)}
             doc.update(name=f"{workload.name}:{name}", experiment="serve",
                        requests={"count": 1, "prompt": {"dist": "fixed", "value": 1},
                                  "output": {"dist": "fixed", "value": 1}, "arrival": {"process": "all_at_once"}})

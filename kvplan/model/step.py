@@ -22,13 +22,13 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     spec = load_spec(model)
     layout = build_layout(spec, kv_dtype, tp)
     weights = estimate_weights(spec, quantization)
-    constants = CONSTANTS
+    constants, overlap = CONSTANTS, True
     if timing_profile is not None:
         from kvplan.model.timing_profile import profile_option
 
-        constants = profile_option(timing_profile)
+        _, constants, overlap = profile_option(timing_profile)
     report = step_report(spec, layout, weights, gpu_spec, tp=tp, batch=batch, context=context, chunk=chunk,
-                         enforce_eager=enforce_eager, constants=constants)
+                         enforce_eager=enforce_eager, constants=constants, async_scheduling=overlap)
     report["timing_profile"] = timing_profile
     return report
 

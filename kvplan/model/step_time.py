@@ -513,11 +513,12 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
 
 def step_report(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: GPU, *, tp: int = 1,
                 batch: int = 64, context: int = 4096, chunk: int = 8192, enforce_eager: bool = False,
-                constants: StepConstants = CONSTANTS) -> dict:
+                constants: StepConstants = CONSTANTS, async_scheduling: bool = True) -> dict:
     """What `kvplan step` prints: one decode step of `batch` requests at `context` tokens each,
     and one prefill chunk of `chunk` tokens starting at token 0, each broken into its terms,
     with the tokens/s they imply."""
-    model = step_model(spec, layout, weights, gpu, tp, enforce_eager=enforce_eager, constants=constants)
+    model = step_model(spec, layout, weights, gpu, tp, enforce_eager=enforce_eager, constants=constants,
+                       async_scheduling=async_scheduling)
     # what the engine's step reads for one request at `context` tokens: sliding-window layers only
     # their window (vLLM's hybrid KV cache manager), in tokens of every layer
     per_token = [(g.bytes_per_token, g.tokens_held(context)) for g in layout.groups if g.bytes_per_token]

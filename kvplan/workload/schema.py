@@ -317,16 +317,17 @@ def _timing(node: YamlMap | None, model: dict, gpu_name: str | None, base_dir: P
         node.expect_keys(*TIMING_KEYS)
         kind = node.get_choice("model", ("physical", "roofline"), "physical")
         if "profile" in node:
-            from kvplan.model.timing_profile import load_profile
+            from kvplan.model.timing_profile import load_profile_settings
 
-            if kind != "physical":
-                raise node.node("profile").error("a timing profile applies to model: physical")
+            if kind != "physical" or step is None:
+                raise node.node("profile").error("a timing profile applies to model: physical, with a model "
+                                                 "and a gpu")
             profile = node.get_input_path("profile", base_dir)
             try:
-                constants = load_profile(profile)
+                constants, overlap = load_profile_settings(profile)
             except KvplanError as exc:
                 raise node.node("profile").error(f"{profile}: {exc.field}: {exc.message}") from None
-            step = step.with_constants(constants) if step is not None else None
+            step = replace(step.with_constants(constants), async_scheduling=overlap)
         given = {key: node.get_float(key, None, ge=MIN_EFFICIENCY, le=1) if key != "step_overhead_ms"
                  else node.get_float(key, None, ge=0, le=1e6)
                  for key in ("bandwidth_efficiency", "flops_efficiency", "step_overhead_ms") if key in node}
