@@ -34,6 +34,7 @@ def calibrate(
     """
     from kvplan.calibrate.bench_files import Server
     from kvplan.calibrate.profile import calibrate_runs
+    from kvplan.model.step_time import SCHEDULER_ASYNC_FROM
     from kvplan.report.files import check_writable, write_outputs
     from kvplan.report.output import emit_json
 
@@ -46,7 +47,7 @@ def calibrate(
             note_input(path)
     check_writable(out, "--out")
     server = Server(model, gpu, tp, kv_dtype, max_num_seqs, max_num_batched_tokens,
-                    async_scheduling=_release(vllm_version) >= (0, 14))
+                    async_scheduling=_release(vllm_version) >= SCHEDULER_ASYNC_FROM)
     doc, profile_text = calibrate_runs(server, [str(p) for p in results], [s.strip() for s in fit.split(",") if s.strip()],
                                        workers=workers)
     write_outputs([(out, lambda tmp: Path(tmp).write_text(profile_text, encoding="utf-8"), "--out")])
@@ -60,9 +61,9 @@ def calibrate(
 
 
 def _release(text: str) -> tuple[int, int]:
-    import re
+    from kvplan.model.vllm_memory import release_number
 
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(\.\d+)?\S*", text.strip())
-    if not m:
-        raise UsageError(f"expected a release such as 0.15 or 0.15.1, got {text!r}", field="--vllm-version")
-    return int(m[1]), int(m[2])
+    number = release_number(text)
+    if number is None:
+        raise UsageError(f"expected a release such as 0.15 or 0.15.1, got {text[:40]!r}", field="--vllm-version")
+    return number

@@ -72,11 +72,16 @@ class ReleaseRules:
     group_aware_tokens: bool  # "GPU KV cache size" as int(concurrency x max_model_len)
 
 
-def release_rules(release: str) -> ReleaseRules:
-    """The rules of vLLM `release` ("0.11", "0.21.1", "v0.29.0"); UsageError for anything else."""
+def release_number(release: str) -> tuple[int, int] | None:
+    """(major, minor) of a vLLM release as written ("0.11", "0.21.1", "v0.29.0"); None for anything else."""
     match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,3})?(?:\.post\d+|rc\d+|\.dev\d+)*(?:\+[\w.]+)?",
                          str(release).strip())
-    major, minor = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def release_rules(release: str) -> ReleaseRules:
+    """The rules of vLLM `release` ("0.11", "0.21.1", "v0.29.0"); UsageError for anything else."""
+    major, minor = release_number(release) or (0, 0)
     if major == 0 and minor < OLDEST_RELEASE:
         raise UsageError(f"expected a vLLM release from 0.{OLDEST_RELEASE} on, such as {VLLM_RELEASE} or "
                          f"0.11.2, got {str(release)[:40]!r}", field="--vllm-version")
