@@ -16,8 +16,9 @@ from kvplan.workload.records import AllocatorSpec, Workload
 from kvplan.workload.schema import load_workload
 
 
-def load(path: str | Path) -> Workload:
-    return load_workload(path, resolve_model=model_facts)
+def load(path: str | Path, seed: int | None = None) -> Workload:
+    """A workload file, read and checked (`seed`: instead of the file's own)."""
+    return load_workload(path, resolve_model=model_facts, seed=seed)
 
 
 def with_block_sizes(workload: Workload, block_sizes: Sequence[int] | None) -> Workload:
@@ -64,7 +65,8 @@ def document(workload: Workload, *, block_sizes: Sequence[int] | None = None,
 def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str, output: str,
                   count: int, kv_dtype: str = "auto", max_num_seqs: int | None = None, *,
                   block_size: int = 16, prefix_caching: bool | None = None,
-                  max_model_len: int | None = None, timing_profile: str | None = None) -> str:
+                  max_model_len: int | None = None, timing_profile: str | None = None, seed: int = 0,
+                  max_num_batched_tokens: int | None = None) -> str:
     """The workload YAML of a flag-only run: fixed lengths, Poisson or all-at-once arrivals, one paged
     allocator (B = `block_size`), the KV pool vLLM would allocate at start-up (kvplan size's
     prediction at its defaults), vLLM's scheduler defaults (prefix caching on unless
@@ -93,7 +95,7 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
     arrival = f"{{process: poisson, rate: {rate!r}}}" if rate is not None else "{process: all_at_once}"
     return (f"# kvplan simulate --model {json_module.dumps(model)} --gpu {json_module.dumps(gpu)}: the workload "
             f"it ran\n"
-            f"name: flags\nexperiment: serve\nseed: 0\nmodel: {json_module.dumps(model)}\n"
+            f"name: flags\nexperiment: serve\nseed: {int(seed)}\nmodel: {json_module.dumps(model)}\n"
             f"gpu: {json_module.dumps(gpu)}\ntp: {tp}\nkv_dtype: {kv_dtype}\n"
             f"pool: {{kv_memory: {report.kv_pool_bytes}}}   # vLLM's Available KV cache memory (kvplan size)\n"
             f"requests:\n  count: {count}\n  prompt: {{dist: fixed, value: {p}}}\n"
@@ -101,6 +103,7 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
             f"allocators:\n  - {{kind: paged, block_size: {block_size}}}\n"
             f"scheduler: {{max_model_len: {longest}"
             + (f", max_num_seqs: {max_num_seqs}" if max_num_seqs else "")
+            + (f", max_num_batched_tokens: {max_num_batched_tokens}" if max_num_batched_tokens else "")
             + (", prefix_caching: false" if prefix_caching is False else "") + "}\n"
             + (f"timing: {{profile: {json_module.dumps(str(timing_profile))}}}\n" if timing_profile else ""))
 

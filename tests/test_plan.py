@@ -8,24 +8,35 @@ import math
 import numpy as np
 import pytest
 
-from kvplan.plan.search import Config, Targets, Traffic, evaluate, pareto, rank, search
+from kvplan.plan.prices import Offer, PriceBook
+from kvplan.plan.search import Config, Rules, Targets, Traffic, evaluate, pareto, rank, search
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 TRAFFIC = Traffic(rate=10.0, prompt=800, output=100, count=300)  # no replica count near an edge
 TARGETS = Targets(ttft_p99=1.0, tpot_p99=0.05)
 SPACE = [Config("H100-80GB", 1), Config("H100-80GB", 2), Config("L40S", 1), Config("A100-80GB", 1)]
 PRICES = {"H100-80GB": 2.5, "L40S": 1.0, "A100-80GB": 1.8}
+EXACT = Rules(headroom=0.0, seeds=(), frontier_span=1e9)  # the search alone: no margin, no fresh seeds, no span
+
+
+def book_of(prices: dict, shapes=None) -> PriceBook:
+    """Offers of these $/GPU-hour that rent any number of GPUs (or instances of `shapes`)."""
+    return PriceBook(tuple(Offer(g, usd, "on-demand", shapes, {"gpu": g}) for g, usd in prices.items()))
+
+
+BOOK = book_of(PRICES)
 
 
 @pytest.fixture(scope="module")
 def planned():
-    return search(MODEL, TRAFFIC, TARGETS, SPACE, PRICES)
+    return search(MODEL, TRAFFIC, TARGETS, SPACE, BOOK, EXACT)
 
 
 def brute_force_rate(config: Config, targets: Targets) -> float:
     """The rate on a fine grid (2% steps) below the first one that misses the targets, simulating
     each in turn (p99s of a few hundred requests are not exactly monotonic in the rate; plan's
-    bisection, like this scan, reports the edge it meets first)."""
+    bisection, like this scan, reports the edge it meets first), and never above the rate the
+    replica drains all the requests at, sent at once (a higher one grows its queue)."""
     from dataclasses import replace
 
     from kvplan.experiments import flag_workload, load_text
@@ -34,8 +45,12 @@ def brute_force_rate(config: Config, targets: Targets) -> float:
     wl = load_text(flag_workload(MODEL, config.gpu, config.tp, 1.0, str(TRAFFIC.prompt), str(TRAFFIC.output),
                                  TRAFFIC.count))
     base, spec = wl.make_requests, wl.allocators[0]
+    drain = simulate(replace(wl, make_requests=lambda: (replace(c, arrival=c.arrival * 0) for c in base())),
+                     spec).throughput_rps
     best = 0.0
     for rate in np.geomspace(0.5, 200, 300):  # ratio 1.02 between points
+        if rate > drain:
+            break
         make = lambda r=rate: (replace(c, arrival=c.arrival / r) for c in base())  # noqa: E731
         if not targets.met_by(simulate(replace(wl, make_requests=make), spec)):
             break
@@ -44,13 +59,13 @@ def brute_force_rate(config: Config, targets: Targets) -> float:
 
 
 def test_the_choice_equals_brute_force(planned):
-    """Each configuration's rate per replica is within the bisection's precision of the fine
-    grid's, and the cheapest configuration by brute force is the one plan picks."""
+    """Each configuration's capacity is within the bisection's precision of the fine grid's, and
+    the cheapest configuration by brute force is the one plan picks."""
     costs = {}
     for e in planned:
         grid = brute_force_rate(e.config, TARGETS)
         assert grid > 0
-        assert e.rate_per_replica == pytest.approx(grid, rel=0.05)
+        assert e.capacity == pytest.approx(grid, rel=0.05)
         costs[e.config] = math.ceil(TRAFFIC.rate / grid) * e.config.tp * PRICES[e.config.gpu]
     cheapest = min(costs.values())
     assert planned[0].cost_per_hour == pytest.approx(cheapest)
@@ -66,15 +81,15 @@ def test_frontier_is_the_set_no_one_dominates(planned):
 
 
 def test_a_looser_target_never_costs_more(planned):
-    loose = search(MODEL, TRAFFIC, Targets(ttft_p99=4.0, tpot_p99=0.1), SPACE, PRICES)
+    loose = search(MODEL, TRAFFIC, Targets(ttft_p99=4.0, tpot_p99=0.1), SPACE, BOOK, EXACT)
     assert loose[0].cost_per_hour <= planned[0].cost_per_hour
     by = {e.config: e for e in planned}
     for e in loose:
-        assert e.rate_per_replica >= by[e.config].rate_per_replica * 0.999
+        assert e.capacity >= by[e.config].capacity * 0.999
 
 
 def test_a_higher_rate_never_needs_fewer_replicas(planned):
-    more = search(MODEL, Traffic(30.0, TRAFFIC.prompt, TRAFFIC.output, TRAFFIC.count), TARGETS, SPACE, PRICES)
+    more = search(MODEL, Traffic(30.0, TRAFFIC.prompt, TRAFFIC.output, TRAFFIC.count), TARGETS, SPACE, BOOK, EXACT)
     by = {e.config: e for e in planned}
     for e in more:
         assert e.replicas >= by[e.config].replicas
@@ -82,25 +97,26 @@ def test_a_higher_rate_never_needs_fewer_replicas(planned):
 
 def test_a_cheaper_gpu_never_makes_the_plan_dearer(planned):
     cheaper = dict(PRICES, **{"A100-80GB": 0.5})
-    again = search(MODEL, TRAFFIC, TARGETS, SPACE, cheaper)
+    again = search(MODEL, TRAFFIC, TARGETS, SPACE, book_of(cheaper), EXACT)
     assert again[0].cost_per_hour <= planned[0].cost_per_hour
 
 
 def test_one_worker_and_two_give_the_same_rows(planned):
-    two = search(MODEL, TRAFFIC, TARGETS, SPACE, PRICES, workers=2)
+    two = search(MODEL, TRAFFIC, TARGETS, SPACE, BOOK, EXACT, workers=2)
     assert [e.to_dict() for e in two] == [e.to_dict() for e in planned]
 
 
 def test_memory_prunes_first():
-    e = evaluate("meta-llama/Llama-3.1-70B-Instruct", TRAFFIC, TARGETS, Config("L4", 1), 0.7)
+    e = evaluate("meta-llama/Llama-3.1-70B-Instruct", TRAFFIC, TARGETS, Config("L4", 1), book_of({"L4": 0.7}))
     assert not e.fits and not e.feasible and "would not serve" in e.reason and e.evaluations == 0
+    assert e.left_out == "memory"
 
 
 def test_rank_puts_infeasible_last():
     from kvplan.plan.search import Evaluation
 
-    rows = rank([Evaluation(Config("L4"), False, "no"), Evaluation(Config("L40S"), True, None, 1.0, 2, 2, 1.0, 2.0, 0.1,
-                                                                    0.5, 0.02, 3.0)])
+    rows = rank([Evaluation(Config("L4"), False, "no"),
+                 Evaluation(Config("L40S"), True, capacity=1.0, replicas=2, gpus=2, cost_per_hour=2.0, ttft_p99=0.5)])
     assert [r.config.gpu for r in rows] == ["L40S", "L4"]
 
 
@@ -114,7 +130,7 @@ def test_the_command_prints_the_answer_and_json(tmp_path, run_cli):
     assert out.startswith("Rent ")
     code, out, err = run_cli(*args, "--json", "--csv", str(tmp_path / "plan.csv"))
     doc = json.loads(out)
-    assert doc["answer"]["cost_per_hour"] > 0 and doc["answer"]["cost_per_million_tokens"] > 0
+    assert doc["answer"]["cost_per_hour"] > 0 and doc["answer"]["usd_per_million_tokens"] > 0
     assert (tmp_path / "plan.csv").read_text().splitlines()[0].startswith("rank,config,gpu")
 
 
@@ -122,7 +138,7 @@ def test_the_command_prints_the_answer_and_json(tmp_path, run_cli):
                                          (["--tp", "1,x"], "--tp"), (["--gpu", "NoSuchGPU"], "--gpu"),
                                          (["--count", "3"], "--count"), (["--rate", "0"], "--rate")])
 def test_bad_options_are_one_line(extra, field, run_cli):
-    code, out, err = run_cli("plan", MODEL, "--rate", "1", *extra)
+    code, out, err = run_cli("plan", MODEL, "--rate", "1", "--ttft-p99", "1", *extra)
     assert code == 2 and field in err and len(err.strip().splitlines()) == 1 and out == ""
 
 
@@ -160,36 +176,40 @@ def test_ray_gives_the_rows_of_the_local_run(planned):
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
-        on_ray = search(MODEL, TRAFFIC, TARGETS, SPACE, PRICES, workers=2, ray=True)
+        on_ray = search(MODEL, TRAFFIC, TARGETS, SPACE, BOOK, EXACT, workers=2, ray=True)
         from kvplan.plan.fleet_check import checked
 
-        fleets_on_ray = checked(MODEL, TRAFFIC, TARGETS, planned, ["round_robin", "least_kv"], 2, workers=2, ray=True)
+        fleets_on_ray = checked(MODEL, TRAFFIC, TARGETS, planned, ["round_robin", "least_kv"], 2, book=BOOK,
+                                workers=2, ray=True)
     finally:
         ray.shutdown()
     assert [e.to_dict() for e in on_ray] == [e.to_dict() for e in planned]
-    local = checked(MODEL, TRAFFIC, TARGETS, planned, ["round_robin", "least_kv"], 2, workers=1)
+    local = checked(MODEL, TRAFFIC, TARGETS, planned, ["round_robin", "least_kv"], 2, book=BOOK, workers=1)
     assert [e.to_dict() for e in fleets_on_ray] == [e.to_dict() for e in local]  # the fleet checks too
 
 
-@pytest.mark.parametrize("content,needle", [("{not json", "not JSON"), ('{"prices": 3}', '"prices" list'),
+@pytest.mark.parametrize("content,needle", [("{not json", "not valid JSON"), ('{"prices": 3}', '"prices" list'),
                                             ('{"prices": [{"gpu": "H100-80GB", "usd_per_gpu_hour": "cheap"}]}', "price"),
                                             ('{"prices": [{"gpu": "Nope", "usd_per_gpu_hour": 1}]}', "Nope")])
 def test_a_bad_price_file_is_one_line_naming_it(tmp_path, run_cli, content, needle):
     prices = tmp_path / "prices.json"
     prices.write_text(content)
-    code, out, err = run_cli("plan", MODEL, "--rate", "1", "--prices", str(prices))
+    code, out, err = run_cli("plan", MODEL, "--rate", "1", "--ttft-p99", "1", "--prices", str(prices))
     assert code == 2 and str(prices) in err and needle in err and len(err.strip().splitlines()) == 1
 
 
-def test_the_shipped_prices_cite_a_source_and_date_per_row():
+def test_the_shipped_prices_cite_a_source_date_tier_and_shape_per_row():
     from kvplan.model.gpus import get_gpu
-    from kvplan.plan.prices import SHIPPED, read_price_file
+    from kvplan.plan.prices import SHIPPED, TIERS, read_price_file
 
-    prices, rows = read_price_file(SHIPPED)
-    assert len(prices) >= 8
-    for gpu, row in rows.items():
-        assert get_gpu(gpu).name == gpu
+    offers = read_price_file(SHIPPED)
+    assert len({o.gpu for o in offers}) >= 8
+    for o in offers:
+        assert get_gpu(o.gpu).name == o.gpu and o.tier in TIERS and o.instance_gpus
+        row = o.row
         assert row["source"].startswith("https://") and len(row["date"]) == 10 and row["provider"]
+    on_demand = {o.gpu for o in offers if o.tier == "on-demand"}
+    assert on_demand == {o.gpu for o in offers}  # every GPU has a data-centre price
 
 
 @pytest.mark.parametrize("targets", [TARGETS, Targets(ttft_p99=0.3, e2e_p99=6.0), Targets(tpot_p99=0.02),
@@ -197,15 +217,15 @@ def test_the_shipped_prices_cite_a_source_and_date_per_row():
                          ids=["ttft-tpot", "ttft-e2e", "tpot", "goodput"])
 def test_stopping_doomed_runs_early_changes_no_row(targets, monkeypatch):
     """The early stop is only a shortcut: without it every row is the same."""
-    import kvplan.plan.search as S
+    import kvplan.plan.evaluate as E
     from kvplan.sim import engine
 
     stopped, simulate = [], engine.simulate
     monkeypatch.setattr(engine, "simulate", lambda *a, **k: stopped.append(r := simulate(*a, **k)) or r)
-    with_stop = search(MODEL, TRAFFIC, targets, SPACE, PRICES)
+    with_stop = search(MODEL, TRAFFIC, targets, SPACE, BOOK, EXACT)
     assert any(r is None for r in stopped)  # some runs did stop early
-    monkeypatch.setattr(S, "_doomed", lambda *args: None)
-    without = search(MODEL, TRAFFIC, targets, SPACE, PRICES)
+    monkeypatch.setattr(E, "doomed", lambda *args: None)
+    without = search(MODEL, TRAFFIC, targets, SPACE, BOOK, EXACT)
     assert [e.to_dict() for e in with_stop] == [e.to_dict() for e in without]
 
 
@@ -221,14 +241,15 @@ def _row(e) -> dict:
 def test_siblings_share_runs_and_change_no_row():
     """Configurations that differ only in max_num_seqs share their identical runs (a run whose
     batch never reached either cap): the rows equal each configuration evaluated alone."""
-    from kvplan.plan.search import _evaluate_group
+    from kvplan.plan.search import _evaluate_group, bounds_of
 
     space = tuple(Config("H100-80GB", 1, "auto", s) for s in (16, 64, 256, 1024))
-    together = _evaluate_group((MODEL, LONG, TARGETS, space, PRICES))
-    alone = [evaluate(MODEL, LONG, TARGETS, c, PRICES["H100-80GB"]) for c in space]
+    pres = tuple(bounds_of(MODEL, LONG, TARGETS, c, BOOK, EXACT) for c in space)
+    together = _evaluate_group((MODEL, LONG, TARGETS, pres, BOOK, EXACT, ()))
+    alone = [evaluate(MODEL, LONG, TARGETS, c, BOOK, EXACT) for c in space]
     assert [_row(e) for e in together] == [_row(e) for e in alone]
     assert sum(e.reused for e in together) > sum(e.reused for e in alone)  # the group did share runs
-    assert len({e.rate_per_replica for e in together}) > 1  # and the caps mattered somewhere
+    assert len({e.capacity for e in together}) > 1  # and the caps mattered somewhere
 
 
 def test_the_answer_is_an_edge_of_full_length_runs():
@@ -236,11 +257,12 @@ def test_the_answer_is_an_edge_of_full_length_runs():
     grid (2.2% higher) misses them: checked here with the plain engine, no scouts, no stops."""
     from dataclasses import replace
 
-    from kvplan.plan.search import STEPS_PER_OCTAVE, config_workload
+    from kvplan.plan.edge import STEPS_PER_OCTAVE
+    from kvplan.plan.space import config_workload
     from kvplan.sim.engine import simulate
 
     config = Config("L40S", 1)
-    e = evaluate(MODEL, LONG, TARGETS, config, 1.0)
+    e = evaluate(MODEL, LONG, TARGETS, config, BOOK, EXACT)
     wl = config_workload(MODEL, LONG, config)
     base = wl.make_requests
 
@@ -248,9 +270,9 @@ def test_the_answer_is_an_edge_of_full_length_runs():
         make = lambda: (replace(c, arrival=c.arrival / rate) for c in base())  # noqa: E731
         return simulate(replace(wl, make_requests=make), wl.allocators[0])
 
-    assert e.feasible and e.rate_per_replica > 0
-    assert TARGETS.met_by(at(e.rate_per_replica))
-    assert not TARGETS.met_by(at(e.rate_per_replica * 2 ** (1 / STEPS_PER_OCTAVE)))
+    assert e.feasible and 0 < e.capacity < e.saturated
+    assert TARGETS.met_by(at(e.capacity))
+    assert not TARGETS.met_by(at(e.capacity * 2 ** (1 / STEPS_PER_OCTAVE)))
 
 
 def _file(tmp_path, text: str):
@@ -294,21 +316,21 @@ def test_plan_searches_prefix_caching_and_block_size_on_a_workload_file(tmp_path
     assert set(rows) == {"L40S x1", "L40S x1 no-cache", "L40S x1 B32", "L40S x1 B32 no-cache"}
     for b in ("", " B32"):
         on, off = rows[f"L40S x1{b}"], rows[f"L40S x1{b} no-cache"]
-        assert on["feasible"] and on["rate_per_replica"] > 1.5 * off["rate_per_replica"]
+        assert on["feasible"] and on["capacity"] > 1.5 * off["capacity"]
     assert doc["traffic"]["workload"] == str(path) and doc["traffic"]["rate"] == pytest.approx(8, rel=0.15)
 
 
 @pytest.mark.parametrize("args,field", [([], "--rate"), (["--prefix-caching", "maybe"], "--prefix-caching"),
                                         (["--block-size", "0"], "--block-size")])
 def test_plan_refuses_bad_traffic_options_in_one_line(args, field, run_cli):
-    code, out, err = run_cli("plan", MODEL, *args, *(["--rate", "1"] if args else []))
+    code, out, err = run_cli("plan", MODEL, "--ttft-p99", "1", *args, *(["--rate", "1"] if args else []))
     assert code == 2 and field in err and len(err.strip().splitlines()) == 1 and out == ""
 
 
 def test_a_workload_arriving_all_at_once_is_refused_naming_it(tmp_path, run_cli):
     path = _file(tmp_path, "requests:\n  count: 50\n  prompt: {dist: fixed, value: 100}\n"
                            "  output: {dist: fixed, value: 10}\n  arrival: {process: all_at_once}\n")
-    code, out, err = run_cli("plan", MODEL, "--workload", str(path))
+    code, out, err = run_cli("plan", MODEL, "--workload", str(path), "--ttft-p99", "1")
     assert code == 2 and str(path) in err and "at once" in err and len(err.strip().splitlines()) == 1
 
 
@@ -321,7 +343,7 @@ def test_weight_quantization_is_searched_as_the_re_uploads(run_cli):
     assert code == 0, err
     rows = {r["config"]["label"]: r for r in json.loads(out)["results"]}
     assert set(rows) == {"L40S x1", "L40S x1 w-fp8"}
-    assert rows["L40S x1 w-fp8"]["rate_per_replica"] > rows["L40S x1"]["rate_per_replica"]
+    assert rows["L40S x1 w-fp8"]["capacity"] > rows["L40S x1"]["capacity"]
     from kvplan.plan.space import Config
 
     assert Config("L40S", quantization="fp8").model_id(MODEL) == MODEL + "-fp8"
@@ -330,7 +352,7 @@ def test_weight_quantization_is_searched_as_the_re_uploads(run_cli):
 @pytest.mark.parametrize("args,field", [(["--quantization", "int3"], "--quantization"),
                                         (["--tp", "16"], "--tp"), (["--gpus-per-node", "0"], "--gpus-per-node")])
 def test_plan_refuses_a_bad_search_space_in_one_line(args, field, run_cli):
-    code, out, err = run_cli("plan", MODEL, "--rate", "1", *args)
+    code, out, err = run_cli("plan", MODEL, "--rate", "1", "--ttft-p99", "1", *args)
     assert code == 2 and field in err and len(err.strip().splitlines()) == 1 and out == ""
 
 
@@ -359,12 +381,12 @@ def test_goodput_counts_requests_within_every_limit_at_once():
 
 
 def test_a_lower_goodput_never_serves_less():
-    strict = search(MODEL, TRAFFIC, Targets(ttft_p99=1.0, tpot_p99=0.05, goodput=0.99), SPACE, PRICES)
+    strict = search(MODEL, TRAFFIC, Targets(ttft_p99=1.0, tpot_p99=0.05, goodput=0.99), SPACE, BOOK, EXACT)
     loose = {e.config: e for e in search(MODEL, TRAFFIC, Targets(ttft_p99=1.0, tpot_p99=0.05, goodput=0.8),
-                                         SPACE, PRICES)}
+                                         SPACE, BOOK, EXACT)}
     for e in strict:
-        assert loose[e.config].rate_per_replica >= e.rate_per_replica * 0.999
-    assert any(loose[e.config].rate_per_replica > e.rate_per_replica for e in strict)
+        assert loose[e.config].capacity >= e.capacity * 0.999
+    assert any(loose[e.config].capacity > e.capacity for e in strict)
 
 
 def test_the_replica_count_is_checked_on_a_fleet_behind_the_router(planned):
@@ -374,12 +396,12 @@ def test_the_replica_count_is_checked_on_a_fleet_behind_the_router(planned):
 
     from kvplan.plan.fleet_check import check_on_fleet, checked
 
-    rows = checked(MODEL, TRAFFIC, TARGETS, planned, ["least_outstanding"], 2)
+    rows = checked(MODEL, TRAFFIC, TARGETS, planned, ["least_outstanding"], 2, book=BOOK)
     assert all(e.router == "least_outstanding" and e.replicas >= e.replicas_estimate for e in rows[:2])
     assert all(TARGETS.ttft_p99 >= e.ttft_p99 and TARGETS.tpot_p99 >= e.tpot_p99 for e in rows[:2])
     assert all(e.router is None for e in rows[2:])
     e = next(e for e in planned if e.feasible and e.replicas >= 2)
-    short = check_on_fleet(MODEL, TRAFFIC, TARGETS, replace(e, replicas=1), "round_robin")
+    short = check_on_fleet(MODEL, TRAFFIC, TARGETS, replace(e, replicas=1), "round_robin", book=BOOK)
     assert short.replicas_estimate == 1 and short.replicas >= 2  # one replica cannot take the whole rate
     assert short.cost_per_hour == pytest.approx(short.replicas * e.config.tp * PRICES[e.config.gpu])
 
@@ -398,9 +420,9 @@ def test_disaggregated_pools_can_serve_a_tight_tpot_with_fewer_gpus():
     traffic = Traffic(rate=30.0, prompt=2000, output=200, count=300)
     targets = Targets(ttft_p99=3.0, tpot_p99=0.013)
     config = Config("H100-80GB", 1)
-    e = evaluate(MODEL, traffic, targets, config, 2.5)
-    colocated = check_on_fleet(MODEL, traffic, targets, e, "round_robin")
-    pd = check_on_fleet(MODEL, traffic, targets, e, "round_robin", Transfer(25.0, 0.001))
+    e = evaluate(MODEL, traffic, targets, config, BOOK, EXACT)
+    colocated = check_on_fleet(MODEL, traffic, targets, e, "round_robin", book=BOOK)
+    pd = check_on_fleet(MODEL, traffic, targets, e, "round_robin", Transfer(25.0, 0.001), book=BOOK)
     assert colocated.feasible and colocated.prefill_replicas == 0
     assert pd.feasible and 0 < pd.prefill_replicas < pd.replicas < colocated.replicas
     assert pd.tpot_p99 <= 0.013 and pd.ttft_p99 <= 3.0

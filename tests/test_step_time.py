@@ -168,6 +168,20 @@ def test_moe_model_counts_experts_apart():
     assert m.expert_flops_per_token == pytest.approx(2 * 32 * 2 * 3 * 4096 * 14336)
 
 
+@pytest.mark.parametrize("model,gpu,tp,weights", [
+    ("meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", 1, None), ("meta-llama/Llama-3.1-70B-Instruct", "H100-80GB", 4, None),
+    ("meta-llama/Llama-3.1-8B-Instruct", "A100-80GB", 2, "fp8"), ("mistralai/Mixtral-8x7B-v0.1", "H200", 2, None),
+    ("openai/gpt-oss-120b", "H200", 8, None), ("google/gemma-3-12b-it", "L40S", 2, None),
+], ids=["dense", "tp4", "weight-only", "moe", "moe-tp8", "windows-pcie"])
+def test_the_table_of_a_step_is_per_token_s_bit_for_bit(model, gpu, tp, weights):
+    """per_token_table only hoists what does not change with the tokens: every entry is exactly
+    per_token_s, so the engine's clock is the same whichever builds it."""
+    spec = load_spec(model)
+    m = step_model(spec, build_layout(spec), estimate_weights(spec, weights), get_gpu(gpu), tp)
+    table = m.per_token_table(8200)
+    assert all(table[n] == m.per_token_s(n) for n in range(8200))
+
+
 def test_the_engine_clock_tabulates_the_model_in_picoseconds():
     from kvplan.sim.timing import _physical_clock
 

@@ -16,28 +16,35 @@ DEFAULT_TPS = "1,2,4,8"
 
 def plan(
     model: Annotated[str, typer.Argument(help="The model served (any kvplan size argument).")],
-    rate: Annotated[Optional[float], typer.Option(help="Requests/s to serve in all (Poisson arrivals; with --workload, its arrivals scaled; default its own rate).")] = None,
+    rate: Annotated[Optional[float], typer.Option(help="Requests/s to serve in all (Poisson arrivals; with --workload, its arrivals scaled; default its own rate). Without it, --gpus or --budget: the most traffic within the limit.")] = None,
     prompt: Annotated[str, typer.Option(help="Prompt tokens of every request (1000; 2k).")] = "1000",
     output: Annotated[str, typer.Option(help="Output tokens of every request.")] = "200",
-    count: Annotated[Optional[int], typer.Option(help="Requests simulated per evaluation (default 2000; with --workload, all of its requests).")] = None,
+    count: Annotated[Optional[int], typer.Option(help="Requests simulated per run (default 10,000: a p99 over 100 requests' tail; with --workload, all of its requests).")] = None,
     workload: Annotated[Optional[Path], typer.Option(help="The traffic from a workload file: its requests (lengths, arrivals or a trace, prefixes); its model, GPU and pool are the search's.")] = None,
     ttft_p99: Annotated[Optional[float], typer.Option("--ttft-p99", help="Target p99 time to first token, s.")] = None,
     tpot_p99: Annotated[Optional[float], typer.Option("--tpot-p99", help="Target p99 time per output token, s.")] = None,
     e2e_p99: Annotated[Optional[float], typer.Option("--e2e-p99", help="Target p99 end-to-end latency, s.")] = None,
     goodput: Annotated[Optional[float], typer.Option(help="Instead of p99s: the share of requests (0.9) that must meet the TTFT, TPOT and E2E limits given, all at once.")] = None,
-    gpu: Annotated[Optional[str], typer.Option(help="GPUs to consider: a list (H100-80GB,L40S); default every priced GPU.")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="GPUs to consider: a list (H100-80GB,L40S); default every GPU with a price in the tiers searched.")] = None,
     tp: Annotated[str, typer.Option(help="Tensor-parallel degrees to consider.")] = DEFAULT_TPS,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV dtypes to consider: auto,fp8.")] = "auto",
     max_num_seqs: Annotated[Optional[str], typer.Option("--max-num-seqs", help="max_num_seqs values to consider (default vLLM's for the GPU).")] = None,
+    max_num_batched_tokens: Annotated[Optional[str], typer.Option("--max-num-batched-tokens", help="max_num_batched_tokens values to consider: 2048,8192 (default vLLM's for the GPU).")] = None,
     block_size: Annotated[str, typer.Option("--block-size", help="KV block sizes to consider: 16,32.")] = "16",
     prefix_caching: Annotated[str, typer.Option("--prefix-caching", help="Automatic prefix caching: on, off, or on,off to compare.")] = "on",
     quantization: Annotated[str, typer.Option(help="Weights to consider: none (the checkpoint's), fp8, awq, gptq-int4, gptq-int8 (the re-uploads quantized so).")] = "none",
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs in one node: no TP degree above it (one replica stays in a node).")] = 8,
-    price: Annotated[Optional[list[str]], typer.Option(help="Override a price: GPU=USD per GPU-hour (repeatable).")] = None,
+    price: Annotated[Optional[list[str]], typer.Option(help="Override a price: GPU=USD per GPU-hour, any instance shape (repeatable).")] = None,
     prices: Annotated[Optional[Path], typer.Option(help="A price file replacing the shipped table (same JSON shape).")] = None,
-    router: Annotated[Optional[str], typer.Option(help="Check the replica count on a fleet behind this router, or the cheapest of a list (round_robin, random, least_outstanding, least_kv, prefix_aware).")] = None,
+    price_tier: Annotated[Optional[str], typer.Option("--price-tier", help="Price tiers to rent from: on-demand (default: data-centre clouds, no commitment), marketplace (third-party hosts, no SLA), reserved (a committed term), or any.")] = None,
+    gpus_limit: Annotated[Optional[int], typer.Option("--gpus", help="At most this many GPUs: with --rate, the lowest p99 E2E within them; without, the most traffic.")] = None,
+    budget: Annotated[Optional[float], typer.Option(help="At most this many $/hour: with --rate, the lowest p99 E2E within it; without, the most traffic.")] = None,
+    headroom: Annotated[float, typer.Option(help="Share of each replica's capacity left unplanned (0.1: plan each replica at 90% of the highest rate it meets the targets at).")] = 0.10,
+    frontier_span: Annotated[float, typer.Option("--frontier-span", help="Simulate for the frontier the configurations costing up to this many times the answer (2: what twice the money buys).")] = 2.0,
+    check_seeds: Annotated[int, typer.Option("--check-seeds", help="Fresh samples of the traffic every answer is re-simulated on at its planned load (replicas are added until all meet the targets).")] = 2,
+    router: Annotated[str, typer.Option(help="Check the replica count on a fleet behind this router, or the cheapest of a list (round_robin, random, least_outstanding, least_kv, prefix_aware), or none.")] = "round_robin",
     disaggregate: Annotated[Optional[float], typer.Option(help="With --router: also try prefill/decode pools of the same GPUs, the KV sent over this many GB/s (1 ms latency).")] = None,
-    check_top: Annotated[int, typer.Option("--check-top", help="With --router: how many of the cheapest configurations to check on the fleet.")] = 3,
+    check_top: Annotated[int, typer.Option("--check-top", help="How many of the best configurations to check on the fleet.")] = 3,
     workers: Annotated[Optional[int], typer.Option(help="Evaluations in parallel (default: every core).")] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Run the evaluations on Ray (the cluster at RAY_ADDRESS, else a local instance); needs kvplan[ray].")] = False,
     csv: Annotated[Optional[Path], typer.Option(help="Write the ranked table as CSV.")] = None,
@@ -53,12 +60,23 @@ def plan(
     import math
 
     from kvplan.plan.prices import load_prices
-    from kvplan.plan.search import Config, Targets, Traffic, pareto, search
+    from kvplan.plan.search import Config, Rules, Targets, Traffic, pareto, search
     from kvplan.report.files import check_writable
     from kvplan.units import parse_count
 
-    if rate is None and workload is None:
-        raise UsageError("expected the requests/s to serve (or a --workload whose rate to take)", field="--rate")
+    if rate is None and workload is None and gpus_limit is None and budget is None:
+        raise UsageError("expected the requests/s to serve (--rate), a --workload whose rate to take, or a limit "
+                         "(--gpus, --budget) to serve the most within", field="--rate")
+    if gpus_limit is not None and not 1 <= gpus_limit <= 1_000_000:
+        raise UsageError(f"expected 1 to 1,000,000 GPUs, got {gpus_limit}", field="--gpus")
+    if budget is not None and not (math.isfinite(budget) and 0 < budget <= 1e9):
+        raise UsageError(f"expected a budget above 0 and at most 1e9 $/hour, got {budget}", field="--budget")
+    if not (math.isfinite(headroom) and 0 <= headroom <= 0.9):
+        raise UsageError(f"expected a share of capacity from 0 to 0.9, got {headroom}", field="--headroom")
+    if not (math.isfinite(frontier_span) and 1 <= frontier_span <= 1000):
+        raise UsageError(f"expected 1 to 1,000 times the answer's cost, got {frontier_span}", field="--frontier-span")
+    if not 0 <= check_seeds <= 16:
+        raise UsageError(f"expected 0 to 16 fresh seeds, got {check_seeds}", field="--check-seeds")
     if rate is not None and not (math.isfinite(rate) and 1e-3 <= rate <= 1e7):
         raise UsageError(f"expected a rate from 0.001 to 10,000,000 requests/s, got {rate}", field="--rate")
     p = parse_count(prompt, field="--prompt", high=2**31)
@@ -68,26 +86,27 @@ def plan(
     for name, value in (("--ttft-p99", ttft_p99), ("--tpot-p99", tpot_p99), ("--e2e-p99", e2e_p99)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UsageError(f"expected a positive number of seconds, got {value}", field=name)
+    if ttft_p99 is None and tpot_p99 is None and e2e_p99 is None:
+        raise UsageError("expected at least one latency target: --ttft-p99, --tpot-p99 or --e2e-p99 (without one "
+                         "any latency would do, however long the queue)", field="--ttft-p99")
     if goodput is not None:
         if not (math.isfinite(goodput) and 0 < goodput <= 1):
             raise UsageError(f"expected a share of requests in (0, 1], got {goodput}", field="--goodput")
         if ttft_p99 is None and tpot_p99 is None and e2e_p99 is None:
             raise UsageError("a goodput needs the limits to meet: --ttft-p99, --tpot-p99 or --e2e-p99",
                              field="--goodput")
-    routers = None
-    if disaggregate is not None and router is None:
-        raise UsageError("needs --router: disaggregated pools are checked on a fleet", field="--disaggregate")
+    routers = None if router.strip().lower() == "none" or goodput is not None else router
+    if disaggregate is not None and routers is None:
+        raise UsageError("needs a --router: disaggregated pools are checked on a fleet", field="--disaggregate")
     if disaggregate is not None and not (math.isfinite(disaggregate) and 0 < disaggregate <= 1e6):
         raise UsageError(f"expected a link of 0 to 1,000,000 GB/s, got {disaggregate}", field="--disaggregate")
-    if router is not None:
+    if routers is not None:  # a goodput is not a fleet's p99s: no fleet check for it
         from kvplan.fleet.routers import ROUTERS
 
         routers = [r.strip() for r in router.split(",") if r.strip()]
         for r in routers or [router]:
             if r not in ROUTERS:
-                raise UsageError(f"expected some of {', '.join(ROUTERS)}, got {r!r}", field="--router")
-        if goodput is not None:
-            raise UsageError("a fleet is checked against p99 targets, not a goodput", field="--router")
+                raise UsageError(f"expected some of {', '.join(ROUTERS)} or none, got {r!r}", field="--router")
         if not 1 <= check_top <= 100:
             raise UsageError(f"expected 1 to 100 configurations, got {check_top}", field="--check-top")
     from kvplan.report.files import distinct_outputs
@@ -98,8 +117,10 @@ def plan(
     if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"expected a .png or .svg file name, got {plot.name!r}", field="--plot")
     distinct_outputs({"--csv": csv, "--plot": plot, "--html": html})
-    table, meta = load_prices(prices, price)
-    gpus = _gpus(gpu, table)
+    from kvplan.plan.prices import parse_tiers
+
+    book = load_prices(prices, price, parse_tiers(price_tier))
+    gpus = _gpus(gpu, book)
     if not 1 <= gpus_per_node <= 64:
         raise UsageError(f"expected 1 to 64 GPUs per node, got {gpus_per_node}", field="--gpus-per-node")
     tps = [_int(t, "--tp", 1, 64) for t in tp.split(",")]
@@ -107,12 +128,19 @@ def plan(
         raise UsageError(f"every TP degree of {tp!r} exceeds the {gpus_per_node} GPUs of a node", field="--tp")
     tps = [t for t in tps if t <= gpus_per_node]
     quants = _quantizations(quantization, model)
+    from kvplan.model.dtypes import KV_DTYPE_CHOICES
+
     dtypes = [d.strip() for d in kv_dtype.split(",") if d.strip()]
+    for d in dtypes or [kv_dtype]:
+        if d not in KV_DTYPE_CHOICES:
+            raise UsageError(f"expected some of {', '.join(KV_DTYPE_CHOICES)}, got {d!r}", field="--kv-dtype")
     seqs = [_int(s, "--max-num-seqs", 1, 65_536) for s in max_num_seqs.split(",")] if max_num_seqs else [None]
+    batched = ([_int(s, "--max-num-batched-tokens", 1, 2**24) for s in max_num_batched_tokens.split(",")]
+               if max_num_batched_tokens else [None])
     blocks = [_int(b, "--block-size", 1, 4096) for b in block_size.split(",")]
     caching = [_switch(c) for c in prefix_caching.split(",")]
-    configs = [Config(g, t, d, s, b, c, q) for g in gpus for t in tps for q in quants for d in dtypes for b in blocks
-               for c in caching for s in seqs]
+    configs = [Config(g, t, d, s, b, c, q, m) for g in gpus for t in tps for q in quants for d in dtypes
+               for b in blocks for c in caching for m in batched for s in seqs]
     n = workers if workers is not None else (os.cpu_count() or 1)
     if not 1 <= n <= 1024:
         raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
@@ -121,7 +149,7 @@ def plan(
 
         traffic = from_workload(workload, rate, count)
     else:
-        traffic = Traffic(rate, p, o, 2000 if count is None else count)
+        traffic = Traffic(rate, p, o, 10_000 if count is None else count)
     if timing_profile is not None:
         from dataclasses import replace
 
@@ -130,23 +158,31 @@ def plan(
         # refused here, in one line, before anything runs
         traffic = replace(traffic, timing_profile=str(profile_option(timing_profile)[0]))
     targets = Targets(ttft_p99, tpot_p99, e2e_p99, goodput)
+    rules = Rules(headroom, tuple(range(1, check_seeds + 1)), gpus_limit, budget, frontier_span)
     from kvplan.cli.progress import StderrBar
+    from kvplan.plan.search import SearchStats
 
+    stats = SearchStats()
     with StderrBar("planning", len(configs), enabled=not json) as bar:
         use_ray = ray or bool(os.environ.get("RAY_ADDRESS"))
-        results = search(model, traffic, targets, configs, table, workers=n, ray=use_ray,
-                         progress=lambda done, total: bar.update(done))
+        results = search(model, traffic, targets, configs, book, rules, workers=n, ray=use_ray,
+                         progress=lambda done, total: bar.update(done), stats=stats)
+    objective = rules.objective(traffic)
     if routers:
         from kvplan.fleet.run import Transfer
         from kvplan.plan.fleet_check import checked
 
         link = Transfer(disaggregate, 0.001) if disaggregate is not None else None
-        results = checked(model, traffic, targets, results, routers, check_top, link, workers=n, ray=use_ray)
+        results = checked(model, traffic, targets, results, routers, check_top, link, book=book, objective=objective,
+                          workers=n, ray=use_ray)
     front = pareto(results)
-    doc = {"model": model, "traffic": vars_of(traffic), "targets": vars_of(targets),
+    doc = {"model": model, "traffic": vars_of(traffic), "targets": {**vars_of(targets),
+                                                                    "unconstrained": targets.unconstrained},
+           "rules": {**vars_of(rules), "objective": objective, "price_tiers": list(book.tiers),
+                     "router": ",".join(routers) if routers else None},
            "answer": results[0].to_dict() if results and results[0].feasible else None,
            "results": [r.to_dict() for r in results], "frontier": [e.config.label for e in front],
-           "prices": {g: meta[g] for g in gpus if g in meta}}
+           "search": vars_of(stats), "prices": book.rows(gpus)}
     _write_files(doc, csv, plot, html)
     if json:
         from kvplan.report.output import emit_json
@@ -214,16 +250,19 @@ def _switch(text: str) -> bool:
     return word == "on"
 
 
-def _gpus(text: Optional[str], prices: dict[str, float]) -> list[str]:
+def _gpus(text: Optional[str], book) -> list[str]:
     from kvplan.errors import KvplanError
     from kvplan.model.gpus import get_gpu
 
     if text is None:
-        return sorted(prices)
+        return book.gpus()
     out = []
     for name in (n.strip() for n in text.split(",") if n.strip()):
         try:
             out.append(get_gpu(name).name)
         except KvplanError as exc:
             raise UsageError(exc.message, field="--gpu") from None
-    return out
+    if not out:
+        raise UsageError(f"expected GPUs of the catalog (kvplan gpus), e.g. H100-80GB,L40S, got {text!r}",
+                         field="--gpu")
+    return list(dict.fromkeys(out))

@@ -301,6 +301,48 @@ class StepModel:
         of `tokens` tokens."""
         return self.linear_s(tokens) + self.allreduce_s(tokens) + self.window_attention_s(tokens)
 
+    def per_token_table(self, size: int) -> list[float]:
+        """[per_token_s(n) for n in range(size)], the same operations in the same order with what
+        does not depend on n computed once (a search tabulates dozens of these; a test checks
+        every entry against per_token_s, bit for bit)."""
+        c = self.constants
+        ceiling = c.gemm_efficiency * (c.weight_only_gemm if self.weight_only else 1.0)
+        tile_cap, matmul, bw = c.gemm_tile_tokens, self._matmul(), self._bandwidth()
+        dense_mem, dense_flops = self.dense_bytes / bw, self.dense_flops_per_token
+        experts = bool(self.num_experts)
+        if experts:
+            stream = bw * self.expert_stream_share
+            expert_flops = self.expert_flops_per_token
+        reduce = self.tp > 1
+        if reduce:
+            share = PCIE_NCCL_SHARE if self.pcie_link else c.link_efficiency
+            ring = 2 * (self.tp - 1) / self.tp
+            link = self.link_bytes_per_s * share
+        window = self.window_flops_per_token
+        window_rate = self.attention_flops * c.attention_efficiency
+
+        def efficiency(tokens):
+            if tokens <= 0:
+                return ceiling
+            tile = min(tile_cap, max(MIN_TILE_TOKENS, 2.0 ** math.ceil(math.log2(tokens))))
+            return ceiling * tokens / (tile * math.ceil(tokens / tile))
+
+        out = []
+        for n in range(size):
+            if n <= 0:
+                linear = 0.0
+            else:
+                linear = max(dense_mem, dense_flops * n / (matmul * efficiency(n)))
+                if experts:
+                    active = self.active_experts(n)
+                    per_expert = n * self.top_k / active
+                    linear += max(self.expert_bytes * active / self.num_experts / stream,
+                                  expert_flops * n / (matmul * efficiency(per_expert)))
+            allreduce = (2 * self.num_layers * (c.allreduce_latency_s + ring * n * self.hidden * 2 / link)
+                         if reduce and n > 0 else 0.0)
+            out.append(linear + allreduce + n * window / window_rate)
+        return out
+
     @property
     def gpu_overhead_s(self) -> float:
         """GPU time every step costs whatever its work: each layer's fixed cost, each MoE layer's

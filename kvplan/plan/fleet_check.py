@@ -2,9 +2,12 @@
 
 `evaluate` sizes a deployment as ceil(rate wanted / rate one replica serves), as if the router
 balanced perfectly. A real router does not (round robin ignores how long each request is; a
-prefix-aware one trades balance for cache hits), so for the cheapest configurations the fleet is
-simulated (kvplan/fleet/run.py) at the wanted rate, behind each router given: N replicas, N from
-the estimate up, until the fleet meets the targets. With `--disaggregate`, fewer GPUs are also
+prefix-aware one trades balance for cache hits), so for the best configurations (`plan` checks
+the 3 best behind round robin unless told otherwise) the fleet is simulated (kvplan/fleet/run.py)
+at the rate the row serves, on a sample of its own (FLEET_SEED), behind each router given: N
+replicas, N from the estimate up (in whole instances), until the fleet meets the targets; with a
+fixed limit (--gpus, --budget) the row's replicas are all there is, and the check passes or the
+row is out. With `--disaggregate`, fewer GPUs are also
 tried as P prefill + (N - P) decode replicas of that configuration over a link of that bandwidth:
 the smallest N below the colocated count by bisection (assuming more GPUs never serve worse),
 each N split at a prefill share of 1/4, 1/3, 1/2 and 2/3. The cheapest fleet that meets the
@@ -16,25 +19,34 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvplan.plan.search import Evaluation, Targets, rank, run_jobs
+from kvplan.plan.evaluate import filled_replicas, priced
+from kvplan.plan.rows import Evaluation, Targets, rank
+from kvplan.plan.workers import run_jobs
 from kvplan.plan.space import Traffic, config_workload, first
 
 MAX_GROWTH = 2  # at most twice the estimate
 SPLITS = (1 / 4, 1 / 3, 1 / 2, 2 / 3)  # shares of the prefill pool tried for N GPUs
 
 
+FLEET_SEED = 3  # the fleet's requests: a sample neither the search nor the fresh seeds (search.DEFAULT_SEEDS) used
+
+
 def check_on_fleet(model: str, traffic: Traffic, targets: Targets, e: Evaluation, router: str,
-                   transfer=None) -> Evaluation:
-    """Row `e` checked behind `router` (colocated; also disaggregated over `transfer` when given)."""
+                   transfer=None, book=None, objective: str = "cost") -> Evaluation:
+    """Row `e` checked behind `router` (colocated; also disaggregated over `transfer` when given),
+    on a fresh sample (FLEET_SEED) at the rate the row serves. `book`: the prices to rent the fleet
+    from (None: the row's $/GPU-hour, per GPU). With a fixed limit (`objective` latency or traffic)
+    the replica count stays the row's: the check passes or the row is out."""
     from kvplan.fleet.routers import RouterSpec
     from kvplan.fleet.run import Group, run_fleet
     from kvplan.workload.prefixes import request_stream
 
     estimate = e.replicas
     total = traffic.count * estimate
-    wl = config_workload(model, replace(traffic, count=total) if traffic.workload is None else traffic, e.config)
+    wl = config_workload(model, replace(traffic, count=total) if traffic.workload is None else traffic, e.config,
+                         FLEET_SEED)
     total = min(total, wl.num_requests)
-    factor = traffic.base_rate / traffic.rate  # the wanted rate
+    factor = traffic.base_rate / e.served  # the rate the row serves
     one = replace(wl, extras={})
     decode = None
     if transfer is not None:  # a decode pool receives its KV: no prefix caching there
@@ -49,7 +61,13 @@ def check_on_fleet(model: str, traffic: Traffic, targets: Targets, e: Evaluation
         return result if targets.met_by(result) else None
 
     colocated = None
-    for n in range(estimate, MAX_GROWTH * estimate + 1):
+    top = estimate if objective != "cost" else MAX_GROWTH * estimate
+    tried = set()
+    for n in range(estimate, top + 1):
+        n = filled_replicas(book, e.config, n) if book is not None else n  # whole instances serve
+        if n in tried:
+            continue
+        tried.add(n)
         result = met([Group("plan", n, one)])
         if result is not None:
             colocated = (n, 0, result)
@@ -74,41 +92,40 @@ def check_on_fleet(model: str, traffic: Traffic, targets: Targets, e: Evaluation
                 lo = mid + 1
         best = found or colocated
     if best is None:
-        return replace(e, cost_per_hour=None, cost_per_million_tokens=None, router=router, replicas_estimate=estimate,
-                       reason=f"{MAX_GROWTH * estimate} replicas behind {router} still miss the targets")
-    return _row(e, traffic, *best, router)
+        return replace(e, cost_per_hour=None, usd_per_million_tokens=None, usd_per_million_output_tokens=None,
+                       router=router, replicas_estimate=estimate,
+                       reason=f"{top} replicas behind {router} still miss the targets", left_out="missed")
+    n, prefill, result = best
+    row = replace(e, ttft_p99=result.ttft.p99, tpot_p99=result.tpot.p99, e2e_p99=result.e2e.p99, router=router,
+                  replicas_estimate=e.replicas, prefill_replicas=prefill)
+    if book is None:
+        from kvplan.plan.prices import Offer, PriceBook
 
-
-def _row(e: Evaluation, traffic: Traffic, n: int, prefill: int, result, router: str) -> Evaluation:
-    gpus = n * e.config.tp
-    cost = gpus * e.usd_per_gpu_hour if e.usd_per_gpu_hour is not None else None
-    cost_m = (cost / (traffic.rate * traffic.output * 3600) * 1e6 if cost is not None and traffic.output > 0
-              else None)
-    return replace(e, replicas=n, gpus=gpus, cost_per_hour=cost, cost_per_million_tokens=cost_m,
-                   ttft_p99=result.ttft.p99, tpot_p99=result.tpot.p99, e2e_p99=result.e2e.p99, router=router,
-                   replicas_estimate=e.replicas, prefill_replicas=prefill)
+        book = PriceBook((Offer(e.config.gpu, e.usd_per_gpu_hour, "override", None, {}),))
+    return priced(row, replace(traffic, rate=e.served) if traffic.rate is None else traffic, book, n, e.served / n)
 
 
 def _check(job) -> Evaluation:
     """One row behind every router: the cheapest passing fleet (ties: the first)."""
-    model, traffic, targets, e, routers, transfer = job
-    rows = [check_on_fleet(model, traffic, targets, e, r, transfer) for r in routers]
+    model, traffic, targets, e, routers, transfer, book, objective = job
+    rows = [check_on_fleet(model, traffic, targets, e, r, transfer, book, objective) for r in routers]
     passing = [r for r in rows if r.feasible]
     return min(passing, key=lambda r: (r.cost_per_hour, r.prefill_replicas > 0)) if passing else rows[0]
 
 
 def checked(model: str, traffic: Traffic, targets: Targets, rows: list[Evaluation], routers: list[str],
-            top: int, transfer=None, *, workers: int = 1, ray: bool = False) -> list[Evaluation]:
-    """The rows re-ranked until the `top` cheapest are all checked on the fleet."""
+            top: int, transfer=None, *, book=None, objective: str = "cost", workers: int = 1,
+            ray: bool = False) -> list[Evaluation]:
+    """The rows re-ranked until the `top` best are all checked on the fleet."""
     rows = list(rows)
     while True:
         todo = [i for i, e in enumerate(rows[:top]) if e.feasible and e.router is None]
         if not todo:
             return rows
-        jobs = [(model, traffic, targets, rows[i], tuple(routers), transfer) for i in todo]
+        jobs = [(model, traffic, targets, rows[i], tuple(routers), transfer, book, objective) for i in todo]
         for i, row in zip(todo, run_jobs(_check, jobs, workers, ray)):
             rows[i] = row
-        rows = rank(rows)
+        rows = rank(rows, objective)
 
 
 __all__ = ["check_on_fleet", "checked"]

@@ -18,14 +18,15 @@ class Traffic:
     (`base_rate`) to each rate tried; `output` is then their mean output and `prompt` their mean
     prompt (for the report), `max_model_len` the longest prompt + output among them."""
 
-    rate: float
+    rate: float | None  # None: as much as the budget serves (--gpus or --budget without --rate)
     prompt: float
     output: float
-    count: int = 2000
+    count: int = 10_000
     workload: str | None = None
     base_rate: float = 1.0
     max_model_len: int | None = None
     timing_profile: str | None = None  # a kvplan calibrate profile's path (absolute), else the shipped constants
+    seed: int | None = None  # the sample the search decides on (None: seed 0, or the workload file's own)
 
 
 WEIGHT_QUANTIZATIONS = ("none", "fp8", "awq", "gptq-int4", "gptq-int8")  # kvplan/model/resolve.QUANT_SUFFIXES
@@ -40,6 +41,7 @@ class Config:
     block_size: int = 16
     prefix_caching: bool = True  # vLLM V1's default
     quantization: str = "none"  # the weights: the checkpoint's, or a re-upload's (WEIGHT_QUANTIZATIONS)
+    max_num_batched_tokens: int | None = None  # None: vllm serve's default for the GPU
 
     @property
     def label(self) -> str:
@@ -48,7 +50,8 @@ class Config:
         block = f" B{self.block_size}" if self.block_size != 16 else ""
         cache = "" if self.prefix_caching else " no-cache"
         weights = "" if self.quantization == "none" else f" w-{self.quantization}"
-        return f"{self.gpu} x{self.tp}{weights}{kv}{seqs}{block}{cache}"
+        batched = f" mbt {self.max_num_batched_tokens}" if self.max_num_batched_tokens else ""
+        return f"{self.gpu} x{self.tp}{weights}{kv}{seqs}{batched}{block}{cache}"
 
     def model_id(self, model: str) -> str:
         """The model served: `model`, or its re-upload quantized as `quantization` ("-FP8", "-AWQ",
@@ -58,7 +61,8 @@ class Config:
     @property
     def group(self) -> tuple:
         """Configurations of one group differ only in max_num_seqs (see _Runs)."""
-        return (self.gpu, self.tp, self.kv_dtype, self.block_size, self.prefix_caching, self.quantization)
+        return (self.gpu, self.tp, self.kv_dtype, self.block_size, self.prefix_caching, self.quantization,
+                self.max_num_batched_tokens or 0)
 
 
 def from_workload(path: Path, rate: float | None, count: int | None) -> Traffic:
@@ -94,26 +98,29 @@ def from_workload(path: Path, rate: float | None, count: int | None) -> Traffic:
                    longest)
 
 
-@lru_cache(maxsize=4)
-def _traffic_workload(path: str):
+@lru_cache(maxsize=8)
+def _traffic_workload(path: str, seed: int | None):
     from kvplan.experiments import load
 
-    return load(path)
+    return load(path, seed)
 
 
-def config_workload(model: str, traffic: Traffic, config: Config):
-    """The serve workload of one configuration at rate 1 (arrivals are scaled per run)."""
+def config_workload(model: str, traffic: Traffic, config: Config, seed: int | None = None):
+    """The serve workload of one configuration at rate 1 (arrivals are scaled per run); `seed`: a
+    fresh sample of the traffic (default: the traffic's own, `Traffic.seed`)."""
+    seed = traffic.seed if seed is None else seed
     from kvplan.experiments import flag_workload, load_text
 
     text = flag_workload(config.model_id(model), config.gpu, config.tp, 1.0, str(max(1, round(traffic.prompt))),
                          str(max(1, round(traffic.output))), traffic.count, kv_dtype=config.kv_dtype,
                          max_num_seqs=config.max_num_seqs, block_size=config.block_size,
                          prefix_caching=config.prefix_caching, max_model_len=traffic.max_model_len,
-                         timing_profile=traffic.timing_profile)
+                         timing_profile=traffic.timing_profile, seed=seed or 0,
+                         max_num_batched_tokens=config.max_num_batched_tokens)
     wl = load_text(text)
     if traffic.workload is None:
         return wl
-    source = _traffic_workload(traffic.workload)
+    source = _traffic_workload(traffic.workload, seed)
     count = traffic.count
     make = lambda: first(source.make_requests(), count)  # noqa: E731
     return replace(wl, make_requests=make, num_requests=min(count, source.num_requests), seed=source.seed,

@@ -47,8 +47,16 @@ def plot_frontier(doc: dict, path: Path | io.StringIO, fmt: str | None = None) -
     plt.close(fig)
 
 
-def _cell(value, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
+def _cell(value, fmt: str, prefix: str = "") -> str:
+    return "-" if value is None else prefix + format(value, fmt)
+
+
+def _link(url) -> str:
+    """A source link, only for an http(s) URL (anything else is shown as text, never as a link)."""
+    text = html.escape(str(url or ""))
+    if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
+        return f'<a href="{text}" rel="noreferrer">source</a>'
+    return text
 
 
 def render_html(doc: dict) -> str:
@@ -65,19 +73,30 @@ def render_html(doc: dict) -> str:
     for i, r in enumerate(doc["results"], 1):
         c = r["config"]
         if r["feasible"]:
-            cells = [str(i), esc(c["label"]), f"{r['replicas']:,}", f"{r['gpus']:,}", f"${r['cost_per_hour']:,.2f}",
-                     f"${r['cost_per_million_tokens']:,.3f}", f"{r['rate_per_replica']:.2f}",
-                     _cell(r["ttft_p99"], ".3f"), _cell(r["tpot_p99"] and 1e3 * r["tpot_p99"], ".1f")]
+            tier = (r.get("rental") or {}).get("tier", "")
+            cells = [str(i), esc(c["label"]), f"{r['replicas']:,}", f"{r['gpus']:,}", esc(tier),
+                     f"${r['cost_per_hour']:,.2f}", _cell(r["usd_per_million_tokens"], ",.3f", "$"),
+                     _cell(r["usd_per_million_output_tokens"], ",.3f", "$"), f"{r['load_per_replica']:.2f}",
+                     f"{r['capacity']:.2f}", _cell(r["ttft_p99"], ".3f"),
+                     _cell(r["tpot_p99"] and 1e3 * r["tpot_p99"], ".1f"), _cell(r["e2e_p99"], ".2f"), ""]
         else:
-            cells = [str(i), esc(c["label"]), *["-"] * 6, esc(r["reason"] or "")]
+            cells = [str(i), esc(c["label"]), *["-"] * 11, esc(r["reason"] or "")]
         rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
     prices = "".join(
-        f"<li>{esc(gpu)}: ${row.get('usd_per_gpu_hour')}/GPU-hour, {esc(str(row.get('provider', '')))} "
-        f"({esc(str(row.get('date', '')))}) <a href=\"{esc(str(row.get('source', '')))}\">source</a></li>"
-        for gpu, row in sorted(doc.get("prices", {}).items()))
+        f"<li>{esc(gpu)}: " + "; ".join(
+            f"${row.get('usd_per_gpu_hour')}/GPU-hour {esc(str(row.get('tier', '')))}, "
+            f"{esc(str(row.get('provider', '')))}"
+            + (f" (instances of {esc(', '.join(map(str, row['instance_gpus'])))} GPUs)"
+               if isinstance(row.get("instance_gpus"), list) else "")
+            + f" ({esc(str(row.get('date', '')))}) {_link(row.get('source'))}" for row in offers) + "</li>"
+        for gpu, offers in sorted(doc.get("prices", {}).items()))
     targets = targets_words(g)
-    head = ("#", "configuration", "replicas", "GPUs", "$/hour", "$/M output tokens", "req/s per replica",
-            "p99 TTFT s", "p99 TPOT ms")
+    free = g.get("unconstrained") or []
+    if free and g.get("goodput") is None:
+        targets += f" (no target for {' or '.join(free)})"
+    rules = doc.get("rules", {})
+    head = ("#", "configuration", "replicas", "GPUs", "tier", "$/hour", "$/M tokens in + out", "$/M output tokens",
+            "req/s per replica", "capacity req/s", "p99 TTFT s", "p99 TPOT ms", "p99 E2E s", "why not")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>kvplan plan: {esc(doc['model'])}</title>
@@ -90,16 +109,18 @@ td:nth-child(2), th:nth-child(2) {{ text-align: left; }} .answer {{ font-size: 1
 <p class="answer" id="answer">{esc(answer_sentence(doc))}</p>
 <h2>Cost against latency</h2>
 <figure id="frontier-chart">{chart}</figure>
-<h2>Configurations, cheapest first</h2>
+<h2>Configurations, best first</h2>
 <table id="ranked"><thead><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr></thead>
 <tbody>{''.join(rows)}</tbody></table>
 <h2>Assumptions</h2>
 <ul id="assumptions">
-<li>Traffic: {esc(traffic_words(t))}, {esc(arrivals)}; {t['count']:,} requests simulated per evaluation.</li>
-<li>Targets: {esc(targets)}.</li>
+<li>Traffic: {esc(traffic_words(t))}, {esc(arrivals)}; {t['count']:,} requests simulated per run.</li>
+<li>Targets: {esc(targets)}; each replica planned at most at {1 - rules.get('headroom', 0):.0%} of its capacity, and
+every answer re-simulated at its planned load on {len(rules.get('seeds') or [])} fresh samples of the traffic (the worst
+of them is reported).</li>
 <li>Memory: vLLM's start-up profile as <code>kvplan size</code> computes it; a configuration vLLM would not start is left out.
 Serving: kvplan's serve engine with vLLM V1's scheduler defaults and its fitted step-time model.</li>
-<li>Prices (on-demand list prices; they go stale):<ul>{prices}</ul></li>
+<li>Prices ({esc(', '.join(rules.get('price_tiers') or []))}; list prices, they go stale):<ul>{prices}</ul></li>
 </ul>
 </body></html>
 """

@@ -7,30 +7,39 @@ from pathlib import Path
 
 from kvplan.report.output import console, print_table
 
-CSV_FIELDS = ("rank", "config", "gpu", "tp", "quantization", "kv_dtype", "max_num_seqs", "block_size", "prefix_caching",
-              "feasible", "replicas", "gpus", "usd_per_gpu_hour", "cost_per_hour", "cost_per_million_tokens", "rate_per_replica",
-              "ttft_p99", "tpot_p99", "e2e_p99", "reason")
+CSV_FIELDS = ("rank", "config", "gpu", "tp", "quantization", "kv_dtype", "max_num_seqs", "max_num_batched_tokens",
+              "block_size", "prefix_caching", "feasible", "simulated", "replicas", "gpus", "tier", "instances",
+              "instance_gpus", "usd_per_gpu_hour", "cost_per_hour", "usd_per_million_tokens",
+              "usd_per_million_output_tokens", "served", "load_per_replica", "capacity", "saturated", "ttft_p99",
+              "tpot_p99", "e2e_p99", "bound_cost", "bound_ttft", "reason")
 
 
 def _money(x) -> str:
-    return "-" if x is None else f"${x:,.2f}"
+    """$1,234.56; under a dollar three significant digits ($0.0312)."""
+    if x is None:
+        return "-"
+    return f"${x:,.2f}" if abs(x) >= 1 else f"${x:.3g}"
 
 
 def _s(x, scale: float = 1.0, fmt: str = ".3f") -> str:
     return "-" if x is None else format(x * scale, fmt)
 
 
-def traffic_words(t: dict) -> str:
-    """The traffic in a few words: "20 requests/s of 1,000 + 200 tokens" (or the workload file's)."""
+def traffic_words(t: dict, rate: float | None = None) -> str:
+    """The traffic in a few words: "20 requests/s of 1,000 + 200 tokens" (or the workload file's);
+    `rate`: instead of the traffic's own (the most a limit serves)."""
+    rate = t["rate"] if rate is None else rate
+    what = "requests" if rate is None else f"{rate:.3g} requests/s"
     if t.get("workload"):
-        return (f"{t['rate']:g} requests/s of {Path(t['workload']).name}'s requests (mean {t['prompt']:,.0f} + "
+        return (f"{what} of {Path(t['workload']).name}'s requests (mean {t['prompt']:,.0f} + "
                 f"{t['output']:,.0f} tokens)")
-    return f"{t['rate']:g} requests/s of {t['prompt']:,} + {t['output']:,.0f} tokens"
+    return f"{what} of {t['prompt']:,} + {t['output']:,.0f} tokens"
 
 
 def targets_words(g: dict) -> str:
     """"p99 TTFT <= 2 s, p99 TPOT <= 0.05 s", or "90% of requests within TTFT 2 s and TPOT 0.05 s"."""
-    limits = [(k.removesuffix("_p99").upper(), v) for k, v in g.items() if k != "goodput" and v is not None]
+    limits = [(k.removesuffix("_p99").upper(), v) for k, v in g.items()
+              if k.endswith("_p99") and v is not None]
     if g.get("goodput") is not None:
         return (f"{100 * g['goodput']:g}% of requests within " + " and ".join(f"{k} {v:g} s" for k, v in limits)
                 + " at once")
@@ -39,9 +48,10 @@ def targets_words(g: dict) -> str:
 
 def answer_sentence(doc: dict) -> str:
     best = doc["answer"]
-    t = doc["traffic"]
+    t, rules = doc["traffic"], doc.get("rules", {})
     if best is None:
-        return f"No configuration in the search space serves {traffic_words(t)} within the targets."
+        return (f"No configuration in the search space serves {traffic_words(t)} within the targets"
+                + (" and the limit" if rules.get("objective") in ("latency", "traffic") else "") + ".")
     c = best["config"]
     gpus = f"{best['gpus']} GPU" + ("s" if best["gpus"] != 1 else "")
     kv = f", KV {c['kv_dtype']}" if c["kv_dtype"] != "auto" else ""
@@ -49,46 +59,123 @@ def answer_sentence(doc: dict) -> str:
         kv = f", weights {c['quantization']}" + kv
     if best.get("prefill_replicas"):
         gpus += f": {best['prefill_replicas']} prefill + {best['replicas'] - best['prefill_replicas']} decode replicas"
-    return (f"Rent {best['replicas']} x {c['tp']} {c['gpu']} ({gpus}{kv}): "
-            f"{_money(best['cost_per_hour'])}/hour, {_money(best['cost_per_million_tokens'])} per million output "
-            f"tokens, for {traffic_words(t)} at p99 TTFT {best['ttft_p99']:.2f} s and p99 TPOT "
-            f"{1e3 * best['tpot_p99']:.0f} ms ({best['rate_per_replica']:.2f} requests/s per replica"
-            + (f"; {targets_words(doc['targets'])}" if doc.get("targets", {}).get("goodput") is not None else "")
-            + (f"; checked on a fleet behind {best['router']}" if best.get("router") else "")
-            + ").")
+    rental = best.get("rental") or {}
+    shape = ""
+    if rental.get("instances") and rental.get("provider"):
+        whole = ""
+        if rental["gpus_rented"] != best["gpus"] or rental["instance_gpus"] != c["tp"]:
+            whole = (f"{rental['instances']} x {rental['instance_gpus']}-GPU instance"
+                     f"{'s' if rental['instances'] != 1 else ''}, {rental['gpus_rented']} GPUs paid for; ")
+        shape = f"; {whole}{rental['tier']}: {rental['provider']}"
+    per_m = _money(best["usd_per_million_tokens"]) + " per million tokens in + out"
+    if best.get("usd_per_million_output_tokens") is not None:
+        per_m += f" ({_money(best['usd_per_million_output_tokens'])} per million output tokens)"
+    latencies = (f"p99 TTFT {best['ttft_p99']:.2f} s, TPOT {1e3 * best['tpot_p99']:.0f} ms and E2E "
+                 f"{best['e2e_p99']:.2f} s")
+    plan = (f"{best['load_per_replica']:.3g} requests/s per replica planned, a capacity of {best['capacity']:.3g} "
+            f"within the targets less {rules.get('headroom', 0):.0%} headroom")
+    if best.get("router"):
+        where = f"on the fleet behind {best['router']}, a fresh sample"
+        how = "" if best.get("prefill_replicas") else f"; {plan}"
+    elif best.get("seeds"):
+        where, how = f"the worst of {len(best['seeds'])} fresh samples", f" at {plan}"
+    else:
+        fixed = " (its trace fixes every request: no fresh sample)" if rules.get("seeds") else ""
+        where, how = f"on the search's sample{fixed}", f" at {plan}"
+    words = [f"Rent {best['replicas']} x {c['tp']} {c['gpu']} ({gpus}{kv}{shape}): "
+             f"{_money(best['cost_per_hour'])}/hour, {per_m}, for {traffic_words(t, best['served'])} at {latencies} "
+             f"({where}{how}"]
+    if doc.get("targets", {}).get("goodput") is not None:
+        words.append(f"; {targets_words(doc['targets'])}")
+    words.append(").")
+    free = doc.get("targets", {}).get("unconstrained") or []
+    if free and doc.get("targets", {}).get("goodput") is None:
+        words.append(f" No target was set for {' or '.join(free)}: the plan does not bound "
+                     f"{'it' if len(free) == 1 else 'them'}.")
+    return "".join(words)
+
+
+def search_words(doc: dict) -> str | None:
+    """What each step of the search settled, in one line."""
+    s = doc.get("search")
+    if not s or not s.get("configurations"):
+        return None
+    return (f"{s['configurations']:,} configurations: {s['not_started']:,} would not start, {s['ruled_out']:,} ruled "
+            f"out by their bounds without a run, {s['bounded']:,} beaten by a simulated answer before their run, "
+            f"{s['simulated']:,} simulated in {s['waves']:,} wave{'' if s['waves'] == 1 else 's'}, {s['verified']:,} "
+            "re-simulated on fresh samples "
+            f"({s['runs']:,} runs, {s['reused']:,} of them shared within a group).")
+
+
+LEFT_OUT = {  # why a configuration has no plan, by the step of kvplan/plan/search.py that settled it
+    "memory": "would not start (vLLM's start-up memory)",
+    "floor": "cannot meet a target at any load (one request alone misses it)",
+    "limit": "do not fit the limit (--gpus, --budget)",
+    "price": "have no offer that rents them in the tiers searched",
+    "bounded": "cannot beat a simulated answer (their bounds), or cost over the frontier's span",
+    "missed": "miss the targets when simulated",
+}
+
+
+def _runs(numbers: list[int]) -> str:
+    """1, 3-5, 8"""
+    parts, start = [], None
+    for i, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            parts.append(f"{start}" if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(parts)
+
+
+def left_out_lines(doc: dict) -> list[str]:
+    """One line per step that left configurations out: how many, and one of them with its reason."""
+    lines = []
+    for kind, words in LEFT_OUT.items():
+        rows = [r for r in doc["results"] if not r["feasible"] and r.get("left_out") == kind]
+        if rows:
+            lines.append(f"{len(rows):,} {words}, e.g. {rows[0]['config']['label']}: {rows[0]['reason']}")
+    return lines
 
 
 def render_plan(doc: dict, top: int = 15) -> None:
     from rich.table import Table
 
     out = console()
-    out.print(answer_sentence(doc))
-    table = Table(title=f"Ranked by cost ({len(doc['results'])} configurations, "
-                        f"{sum(1 for r in doc['results'] if r['feasible'])} feasible)", title_justify="left")
-    for name in ("#", "configuration", "replicas", "GPUs", "$/hour", "$/M tok", "req/s each",
-                 "TTFT p99 s", "TPOT p99 ms"):
+    out.print(answer_sentence(doc), markup=False)
+    objective = doc.get("rules", {}).get("objective", "cost")
+    order = {"cost": "cost", "latency": "p99 E2E within the limit", "traffic": "requests/s within the limit"}[objective]
+    feasible = [r for r in doc["results"] if r["feasible"]]
+    table = Table(title=f"Ranked by {order} ({len(feasible)} of {len(doc['results'])} configurations planned; "
+                        "p99s at the planned load)", title_justify="left")
+    for name in ("#", "configuration", "replicas", "GPUs", "$/hour", "$/M tok", "req/s each", "capacity",
+                 "TTFT p99 s", "TPOT p99 ms", "E2E p99 s"):
         table.add_column(name, justify="left" if name == "configuration" else "right")
-    for i, r in enumerate(doc["results"][:top], 1):
-        if r["feasible"]:
-            table.add_row(str(i), r["config"]["label"], f"{r['replicas']:,}", f"{r['gpus']:,}",
-                          _money(r["cost_per_hour"]), _money(r["cost_per_million_tokens"]),
-                          f"{r['rate_per_replica']:.2f}", _s(r["ttft_p99"]), _s(r["tpot_p99"], 1e3, ".1f"))
-        else:
-            table.add_row(str(i), r["config"]["label"], "-", "-", "-", "-", "-", "-", "-")
-    print_table(out, table)
-    front = Table(title="Frontier: cost against p99 TTFT (no configuration is both cheaper and faster)",
-                  title_justify="left")
+    for i, r in enumerate(feasible[:top], 1):
+        table.add_row(str(i), r["config"]["label"], f"{r['replicas']:,}", f"{r['gpus']:,}",
+                      _money(r["cost_per_hour"]), _money(r["usd_per_million_tokens"]),
+                      f"{r['load_per_replica']:.3g}", f"{r['capacity']:.3g}", _s(r["ttft_p99"]),
+                      _s(r["tpot_p99"], 1e3, ".1f"), _s(r["e2e_p99"], 1.0, ".2f"))
+    if feasible:
+        print_table(out, table)
+        unchecked = [i for i, r in enumerate(feasible[:top], 1) if not r.get("seeds")]
+        if unchecked and any(r.get("seeds") for r in feasible):
+            out.print(f"Rows {_runs(unchecked)}: p99s of the search's own sample at the planned load; the others "
+                      f"the worst of {len(feasible[0]['seeds'] or [])} fresh samples.", markup=False, style="dim")
+    front = Table(title="Frontier: cost against p99 TTFT at the planned load (no configuration is both cheaper "
+                        "and faster)", title_justify="left")
     for name in ("configuration", "$/hour", "TTFT p99 s"):
         front.add_column(name, justify="left" if name == "configuration" else "right")
     by_label = {r["config"]["label"]: r for r in doc["results"]}
     for label in doc["frontier"]:
         r = by_label[label]
         front.add_row(label, _money(r["cost_per_hour"]), _s(r["ttft_p99"]))
-    print_table(out, front)
-    pruned = [r for r in doc["results"] if not r["feasible"]]
-    if pruned:
-        out.print(f"[dim]{len(pruned)} configurations left out (e.g. {pruned[0]['config']['label']}: "
-                  f"{pruned[0]['reason']}).[/dim]")
+    if doc["frontier"]:
+        print_table(out, front)
+    for line in [search_words(doc), *left_out_lines(doc)]:
+        if line:
+            out.print(line, markup=False, style="dim")
 
 
 def write_plan_csv(doc: dict, path: Path) -> None:
@@ -97,7 +184,11 @@ def write_plan_csv(doc: dict, path: Path) -> None:
         writer.writerow(CSV_FIELDS)
         for i, r in enumerate(doc["results"], 1):
             c = r["config"]
+            rent = r.get("rental") or {}
             writer.writerow([i, c["label"], c["gpu"], c["tp"], c["quantization"], c["kv_dtype"], c["max_num_seqs"] or "",
-                             c["block_size"], c["prefix_caching"], r["feasible"], r["replicas"], r["gpus"], r["usd_per_gpu_hour"], r["cost_per_hour"],
-                             r["cost_per_million_tokens"], r["rate_per_replica"], r["ttft_p99"], r["tpot_p99"],
-                             r["e2e_p99"], r["reason"] or ""])
+                             c.get("max_num_batched_tokens") or "", c["block_size"], c["prefix_caching"], r["feasible"],
+                             r["simulated"], r["replicas"], r["gpus"], rent.get("tier", ""), rent.get("instances", ""),
+                             rent.get("instance_gpus", ""), r["usd_per_gpu_hour"], r["cost_per_hour"],
+                             r["usd_per_million_tokens"], r["usd_per_million_output_tokens"], r["served"],
+                             r["load_per_replica"], r["capacity"], r["saturated"], r["ttft_p99"], r["tpot_p99"],
+                             r["e2e_p99"], r["bound_cost"], r["bound_ttft"], r["reason"] or ""])

@@ -29,7 +29,7 @@ step-by-step sum exactly, so the fast engine and the reference agree to the last
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -162,12 +162,21 @@ def make_clock(timing: TimingConfig, pool: PoolSpec | None = None, token_budget:
     )
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=64)
+def _linear_table(view, size: int) -> tuple[int, ...]:
+    return tuple(_ticks(x) for x in view.per_token_table(size))
+
+
+@lru_cache(maxsize=128)
 def _physical_clock(step, token_budget: int) -> StepClock:
     """Integer ticks of the physical model (kvplan/model/step_time.py) for a token budget (kept for
-    the next setup of the same model, GPU and budget: a search builds it once, not per setting)."""
+    the next setup of the same model, GPU and budget: a search builds it once, not per setting).
+    The linear table is shared by the steps that differ only in what it does not read (the KV
+    bytes and attention of a token, the lm_head, the overheads): auto and fp8 KV, for one."""
     size = max(2, min(token_budget, TABLE_LIMIT) + 1)
-    linear = tuple(_ticks(step.per_token_s(n)) for n in range(size))
+    view = replace(step, kv_bytes_per_token=0, attention_flops_per_pair=0.0, lm_head_flops_per_request=0.0,
+                   enforce_eager=False, async_scheduling=True)
+    linear = _linear_table(view, size)
     slope = max(linear[-1] - linear[-2], 0)
     overhead = max(_ticks(step.overhead_s), 1)  # a step takes at least one tick
     return StepClock(timed=True, overhead=overhead, kv_per_token=_ticks(step.kv_read_s_per_token),

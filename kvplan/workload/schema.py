@@ -81,13 +81,14 @@ TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhe
 ResolveModel = Callable[[str, str, int, "str | None"], dict]
 
 
-def load_workload(path: str | Path, *, resolve_model: ResolveModel | None = None) -> Workload:
-    """Read and validate a workload file; requests are generated lazily by `make_requests()`."""
+def load_workload(path: str | Path, *, resolve_model: ResolveModel | None = None, seed: int | None = None) -> Workload:
+    """Read and validate a workload file; requests are generated lazily by `make_requests()`.
+    `seed`: instead of the file's `seed:` (a fresh sample of the same traffic)."""
     path = Path(path)
     doc = load_yaml(path)
     doc.expect_keys(*TOP_KEYS)
     name = doc.get_str("name", path.stem)
-    seed = doc.get_int("seed", 0, ge=0)
+    seed = doc.get_int("seed", 0, ge=0) if seed is None else seed
     experiment = doc.get_choice("experiment", EXPERIMENTS, "serve")
     for key in ("replicas", "router", "transfer"):
         if key in doc and experiment != "fleet":
