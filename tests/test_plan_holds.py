@@ -263,3 +263,11 @@ def test_a_workload_files_fresh_seeds_are_fresh_samples(tmp_path):
     fresh = np.concatenate([c.prompt_len for c in
                             first(config_workload(MODEL, traffic, Config("H100-80GB"), 7).make_requests(), 300)])
     assert not np.array_equal(own, fresh) and math.isclose(own.mean(), fresh.mean(), rel_tol=0.15)
+
+
+def test_one_token_outputs_have_no_tpot_and_the_answer_says_so(run_cli, tmp_path):
+    code, out, err = run_cli("plan", MODEL, "--rate", "5", "--prompt", "1000", "--output", "1", "--count", "300",
+                             "--ttft-p99", "1", "--gpu", "H100-80GB", "--tp", "1", "--price", "H100-80GB=2.5",
+                             "--workers", "1", "--html", str(tmp_path / "r.html"))
+    assert code == 0, err
+    assert "p99 TTFT" in out and "TPOT 0" not in out and "E2E" in out

@@ -70,8 +70,10 @@ def answer_sentence(doc: dict) -> str:
     per_m = _money(best["usd_per_million_tokens"]) + " per million tokens in + out"
     if best.get("usd_per_million_output_tokens") is not None:
         per_m += f" ({_money(best['usd_per_million_output_tokens'])} per million output tokens)"
-    latencies = (f"p99 TTFT {best['ttft_p99']:.2f} s, TPOT {1e3 * best['tpot_p99']:.0f} ms and E2E "
-                 f"{best['e2e_p99']:.2f} s")
+    parts = [f"{name} {fmt(best[key])}" for name, key, fmt in (
+        ("TTFT", "ttft_p99", lambda v: f"{v:.2f} s"), ("TPOT", "tpot_p99", lambda v: f"{1e3 * v:.0f} ms"),
+        ("E2E", "e2e_p99", lambda v: f"{v:.2f} s")) if best.get(key) is not None]  # no TPOT of 1-token outputs
+    latencies = "p99 " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts))
     plan = (f"{best['load_per_replica']:.3g} requests/s per replica planned, a capacity of {best['capacity']:.3g} "
             f"within the targets less {rules.get('headroom', 0):.0%} headroom")
     if best.get("router"):
