@@ -6,7 +6,9 @@ what kvplan prints. This script runs, each in its own process:
   (and at tp=2 with fp8 KV, so the TP and dtype paths are covered);
 - `kvplan simulate WORKLOAD --json` for every shipped workload, plus the options that change what
   runs: the block-size sweep, the rate sweep, the prefix-cache sweep, and the serve CSV;
-- `kvplan check workloads/checks.yaml --json` with the shipped baseline, and `kvplan models/gpus`.
+- `kvplan check workloads/checks.yaml --json` with the shipped baseline, and `kvplan models/gpus`;
+- the README's `size`, `step`, flag-only `simulate`, fleet and `calibrate` commands, three small
+  `plan` searches (flags, text view, a workload file), `schema` and `examples`.
 
 Record before the change, compare after:
     python bench/behaviour_snapshot.py record /tmp/before
@@ -61,6 +63,32 @@ def cases(tmp: Path) -> dict[str, list[str]]:
         "check": ["check", "workloads/checks.yaml", "--baseline", "workloads/checks-baseline.json", "--json"],
         "simulate-text--lesson": ["simulate", "workloads/lesson.yaml"],
         "size-text--llama3": ["size", "meta-llama/Meta-Llama-3-8B", "--kv-memory", "11.12GiB"],
+        "size-text--deepseek": ["size", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--gpu", "H200", "--tokens", "32768"],
+        "size-text--grid": ["size", "meta-llama/Llama-3.1-70B", "--gpu", "H100-80GB,H200,L40S", "--tp", "1,2,4",
+                            "--tokens", "32K"],
+        "size-json--qwen3next": ["size", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--gpu", "H200", "--tp", "2",
+                                 "--no-enable-prefix-caching", "--json"],
+        "step-text--llama8b": ["step", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-80GB", "--tp", "2",
+                               "--batch", "64", "--context", "4096"],
+        "step-json--llama8b": ["step", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-80GB", "--json"],
+        "simulate-flags--l40s": ["simulate", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L40S",
+                                 "--rate", "10", "--prompt", "1000", "--output", "200", "--count", "2000", "--json"],
+        "simulate-text--agentic": ["simulate", "workloads/agentic-prefix.yaml"],
+        "simulate-text--fleet": ["simulate", "workloads/agentic-fleet.yaml"],
+        "plan-json--llama8b": ["plan", "meta-llama/Llama-3.1-8B-Instruct", "--rate", "20", "--prompt", "1000",
+                               "--output", "200", "--ttft-p99", "2", "--tpot-p99", "0.05", "--gpu",
+                               "H100-80GB,L40S", "--tp", "1,2", "--count", "2000", "--workers", "1", "--json"],
+        "plan-text--llama8b": ["plan", "meta-llama/Llama-3.1-8B-Instruct", "--rate", "8", "--prompt", "1000",
+                               "--output", "200", "--ttft-p99", "2", "--tpot-p99", "0.05", "--gpu", "L40S",
+                               "--tp", "1", "--count", "2000", "--workers", "1"],
+        "plan-workload--agentic": ["plan", "meta-llama/Llama-3.1-8B-Instruct", "--workload",
+                                   "workloads/agentic-prefix.yaml", "--ttft-p99", "3", "--gpu", "H100-80GB",
+                                   "--tp", "1", "--workers", "1", "--json"],
+        "calibrate-json--gpustack": ["calibrate", *sorted(str(p) for p in (ROOT / "tests/data/bench_results").glob(
+            "gpustack-qwen3-8b-h100-c*.json")), "--model", "Qwen/Qwen3-8B", "--gpu", "H100-80GB", "--vllm-version", "0.11.0", "--out", str(tmp / "h100-qwen3-8b.yaml"),
+                                     "--json"],
+        "schema": ["schema"],
+        "examples": ["examples", "--json"],
     }
     out.update(extra)
     return out
@@ -70,10 +98,12 @@ def run_one(args: list[str], tmp: Path) -> bytes:
     env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="120", NO_COLOR="1")
     proc = subprocess.run(_kvplan() + args, capture_output=True, cwd=ROOT, env=env)
     blob = b"rc=%d\n" % proc.returncode + proc.stdout + b"\n--stderr--\n" + proc.stderr
-    csv = tmp / "kwon.csv"
-    if "--csv" in args and csv.exists():
-        blob += b"\n--csv sha256--\n" + hashlib.sha256(csv.read_bytes()).hexdigest().encode()
-        csv.unlink()
+    blob = blob.replace(str(tmp).encode(), b"$TMP")  # the temporary directory differs per run
+    for flag in ("--csv", "--out"):  # a file the command writes, each case under a name of its own
+        written = Path(args[args.index(flag) + 1]) if flag in args else None
+        if written is not None and written.exists():
+            blob += f"\n--{flag[2:]} sha256--\n".encode() + hashlib.sha256(written.read_bytes()).hexdigest().encode()
+            written.unlink()
     return blob
 
 
@@ -83,7 +113,6 @@ def snapshot() -> dict[str, bytes]:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         todo = cases(tmp)
-        # Only the CSV case writes into tmp, under a name of its own.
         with ThreadPoolExecutor(max_workers=2) as pool:
             results = dict(zip(todo, pool.map(lambda a: run_one(a, tmp), todo.values())))
     return results
