@@ -37,7 +37,7 @@ router: {router}
 def main() -> None:
     from kvplan.experiments import load
     from kvplan.fleet.run import simulate_fleet
-    from kvplan.fleet.routers import ROUTERS
+    from kvplan.workload.routing import ROUTER_NAMES as ROUTERS
 
     count = 100_000 if "--quick" in sys.argv else 1_000_000
     routers = [sys.argv[sys.argv.index("--router") + 1]] if "--router" in sys.argv else list(ROUTERS)

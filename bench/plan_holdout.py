@@ -48,7 +48,7 @@ def scenarios(tmp: Path):
 
 def fleet_check_rate(model, traffic, targets, e, seed):
     """The answer's fleet behind round robin at the rate asked, on a fresh sample."""
-    from kvplan.fleet.routers import RouterSpec
+    from kvplan.workload.routing import RouterSpec
     from kvplan.fleet.run import Group, run_fleet
     from kvplan.plan.space import config_workload, first
     from kvplan.workload.prefixes import request_stream

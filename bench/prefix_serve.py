@@ -32,7 +32,7 @@ def run_case(scale: str) -> None:
 
     from kvplan.experiments import load
     from kvplan.sim.engine import simulate
-    from kvplan.workload.records import RequestChunk
+    from kvplan.workload.chunks import RequestChunk
 
     wl = load(WORKLOAD)
     spec = wl.allocators[0]

@@ -47,7 +47,7 @@ def workload(time_scale: float, max_num_seqs: int):
     facts = model_facts("meta-llama/Meta-Llama-3-8B", gpu_name="H100-80GB")
     timing = TimingConfig(gpu_name="H100-80GB", hbm_bytes_per_s=3.35e12, peak_flops=989e12,
                           weight_bytes=int(WEIGHT_BYTES), flops_per_token=2 * 8.03e9,
-                          kv_bytes_per_token=KV_BYTES, step=facts["step_model"])
+                          kv_bytes_per_token=KV_BYTES, step=facts.step_model)
     alloc = AllocatorSpec("paged", block_size=16)
     return Workload("azure-conv-1M", str(TRACE), 0, "serve", NUM_REQUESTS,
                     PoolSpec(POOL_SLOTS, KV_BYTES), (alloc,),
@@ -78,7 +78,7 @@ def run_case(name: str) -> None:
 def _tiny(wl):
     from dataclasses import replace
 
-    from kvplan.workload.records import RequestChunk
+    from kvplan.workload.chunks import RequestChunk
 
     import numpy as np
 

@@ -12,7 +12,9 @@ from typing import Sequence
 
 from kvplan.errors import KvplanError, UsageError
 from kvplan.model.facts import model_facts
-from kvplan.workload.records import AllocatorSpec, Workload
+from kvplan.workload.records import Workload
+from kvplan.workload.spec import AllocatorSpec
+from kvplan.workload.spec import WorkloadSpec
 from kvplan.workload.schema import load_workload
 
 
@@ -66,17 +68,18 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
                   count: int, kv_dtype: str = "auto", max_num_seqs: int | None = None, *,
                   block_size: int = 16, prefix_caching: bool | None = None,
                   max_model_len: int | None = None, timing_profile: str | None = None, seed: int = 0,
-                  max_num_batched_tokens: int | None = None) -> str:
-    """The workload YAML of a flag-only run: fixed lengths, Poisson or all-at-once arrivals, one paged
+                  max_num_batched_tokens: int | None = None) -> WorkloadSpec:
+    """The workload of a flag-only run: fixed lengths, Poisson or all-at-once arrivals, one paged
     allocator (B = `block_size`), the KV pool vLLM would allocate at start-up (kvplan size's
     prediction at its defaults), vLLM's scheduler defaults (prefix caching on unless
     `prefix_caching` is False). `max_model_len` (default prompt + output) is the longest request
     the start-up check must fit."""
-    import json as json_module
     import math
 
     from kvplan.model.size import size
     from kvplan.units import parse_count
+    from kvplan.workload.distributions import AllAtOnce, Fixed, Lengths, Poisson
+    from kvplan.workload.spec import PoolRequest, SchedulerSpec, SyntheticRequests, TimingSpec
 
     p = parse_count(prompt, field="--prompt", high=2**31)
     o = parse_count(output, field="--output", high=2**31)
@@ -92,37 +95,45 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
     report = size(model, gpu=gpu, tp=tp, tokens=longest, kv_dtype=kv_dtype, explore=False).report
     if not report.fits:
         raise UsageError(f"vLLM would not serve it: {report.reason or 'one request does not fit'}", field="--model")
-    arrival = f"{{process: poisson, rate: {rate!r}}}" if rate is not None else "{process: all_at_once}"
-    return (f"# kvplan simulate --model {json_module.dumps(model)} --gpu {json_module.dumps(gpu)}: the workload "
-            f"it ran\n"
-            f"name: flags\nexperiment: serve\nseed: {int(seed)}\nmodel: {json_module.dumps(model)}\n"
-            f"gpu: {json_module.dumps(gpu)}\ntp: {tp}\nkv_dtype: {kv_dtype}\n"
-            f"pool: {{kv_memory: {report.kv_pool_bytes}}}   # vLLM's Available KV cache memory (kvplan size)\n"
-            f"requests:\n  count: {count}\n  prompt: {{dist: fixed, value: {p}}}\n"
-            f"  output: {{dist: fixed, value: {o}}}\n  arrival: {arrival}\n"
-            f"allocators:\n  - {{kind: paged, block_size: {block_size}}}\n"
-            f"scheduler: {{max_model_len: {longest}"
-            + (f", max_num_seqs: {max_num_seqs}" if max_num_seqs else "")
-            + (f", max_num_batched_tokens: {max_num_batched_tokens}" if max_num_batched_tokens else "")
-            + (", prefix_caching: false" if prefix_caching is False else "") + "}\n"
-            + (f"timing: {{profile: {json_module.dumps(str(timing_profile))}}}\n" if timing_profile else ""))
+    return flag_spec(lambda: WorkloadSpec(
+        name="flags", experiment="serve", seed=int(seed), model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype,
+        pool=PoolRequest(kv_memory=report.kv_pool_bytes),  # vLLM's Available KV cache memory (kvplan size)
+        requests=SyntheticRequests(count, Lengths(Fixed(p), 1), Lengths(Fixed(o), 0),
+                                   Poisson(float(rate)) if rate is not None else AllAtOnce()),
+        allocators=(AllocatorSpec("paged", block_size=block_size),),
+        scheduler=SchedulerSpec(max_model_len=longest, max_num_seqs=max_num_seqs or None,
+                                max_num_batched_tokens=max_num_batched_tokens or None,
+                                prefix_caching=prefix_caching is not False),
+        timing=TimingSpec(profile=Path(timing_profile)) if timing_profile else TimingSpec(), path=FLAGS_PATH))
 
 
-def load_text(text: str):
-    """Load a workload given as text (written to a private temporary file, removed after)."""
-    import tempfile
+FLAGS_PATH = "(the flags)"  # what a flag-made workload names as its file
+FLAG_OF = {"max_model_len": "--prompt", "kv_memory": "--model", "profile": "--timing-profile"}
 
-    from kvplan.errors import KvplanError
 
-    with tempfile.TemporaryDirectory(prefix="kvplan-") as tmp:
-        path = Path(tmp) / "flags.yaml"
-        path.write_text(text, encoding="utf-8")
-        try:
-            wl = load(path)
-        except KvplanError as exc:  # name the flag, not the temporary file
-            key = (exc.field or "model").split(".")[-1]
-            flag = {"max_model_len": "--prompt", "kv_memory": "--model"}.get(key, "--" + key.replace("_", "-"))
-            raise UsageError(exc.message, field=flag) from None
-    from dataclasses import replace
+def _flag(field: str | None) -> str:
+    """The flag a field of a flag-made spec came from."""
+    key = (field or "model").split(".")[-1]
+    return FLAG_OF.get(key, "--" + key.replace("_", "-"))
 
-    return replace(wl, path="(the flags)")
+
+def flag_spec(make):
+    """`make()`, a spec from flags, whose refusal names the flag, not a field."""
+    try:
+        return make()
+    except KvplanError as exc:
+        if exc.file is not None:
+            raise
+        raise UsageError(exc.message, field=_flag(exc.field)) from None
+
+
+def build_flags(spec: WorkloadSpec) -> Workload:
+    """The workload of a spec made from flags; an error names the flag it came from."""
+    from kvplan.workload.build import build_workload
+
+    try:
+        return build_workload(spec, model_facts)
+    except KvplanError as exc:
+        if exc.file is not None:
+            raise
+        raise UsageError(exc.message, field=_flag(exc.field)) from None

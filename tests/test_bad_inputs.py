@@ -350,12 +350,12 @@ def test_python_tags_are_never_run(places, capsys):
 def test_a_billion_requests_are_refused_before_any_draw(places, capsys, monkeypatch):
     """10^9 requests are refused by the reader before a single random number is drawn."""
     import kvplan.workload.distributions
-    import kvplan.workload.schema
+    import kvplan.workload.build
 
     def drawn(*args, **kwargs):
         raise AssertionError("requests were drawn")
 
-    monkeypatch.setattr(kvplan.workload.schema, "synthetic_requests", drawn)
+    monkeypatch.setattr(kvplan.workload.build, "synthetic_requests", drawn)
     monkeypatch.setattr(kvplan.workload.distributions.np.random, "default_rng", drawn)
     case = next(c for c in CASES if c["id"] == "workload-count-billion")
     code, _, err = run_in_process(command_line(case, places[1]), capsys)

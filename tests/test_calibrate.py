@@ -8,13 +8,12 @@ simulate, step and plan predict what those constants predict.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from kvplan.calibrate.bench_files import Run, Server, predict_run, read_runs, run_text
+from kvplan.calibrate.bench_files import Run, Server, predict_run, read_runs, run_spec
 from kvplan.calibrate.fit import Case, Param, errors, fit, leave_one_group_out, objective_of, run_cases
 from kvplan.model.step_time import CONSTANTS, PHYSICAL_RANGES
 from kvplan.model.timing_profile import load_profile, profile_document
@@ -31,7 +30,7 @@ def saved_result(path: Path, *, rate=None, clients=None, n=120, prompt=600, outp
            "mean_tpot_ms": 1.0, "mean_e2el_ms": 1.0}
     path.write_text(json.dumps(doc), encoding="utf-8")
     (run,) = read_runs(path)
-    got = predict_run((run_text(Server(MODEL, GPU), run), run, True), TRUTH)
+    got = predict_run((run_spec(Server(MODEL, GPU), run), run, True), TRUTH)
     doc.update(output_throughput=got["throughput"][0], mean_ttft_ms=got["ttft"][0], mean_tpot_ms=got["itl"][0],
                mean_e2el_ms=got["e2e"][0] * 1e3)
     path.write_text(json.dumps(doc), encoding="utf-8")
@@ -55,7 +54,7 @@ def test_a_result_file_is_read_as_the_benchmark_ran(results):
 def test_the_fit_finds_the_constants_the_runs_were_made_with(results):
     paths, runs = results
     server = Server(MODEL, GPU)
-    cases = [Case(r.name, r.name, "", predict_run, (run_text(server, r), r, True)) for r in runs]
+    cases = [Case(r.name, r.name, "", predict_run, (run_spec(server, r), r, True)) for r in runs]
     params = [Param(n, *PHYSICAL_RANGES[n], getattr(CONSTANTS, n)) for n in TRUTH]
     start = CONSTANTS.to_dict()
     before = objective_of(errors(run_cases(cases, start)))
@@ -145,7 +144,7 @@ def test_a_linear_model_the_engine_agrees_with():
     """The fit's linear model is the engine's own slope: a step of one constant moves a run's log
     prediction as the difference the fit took predicts (near u0)."""
     run = Run("x", None, False, 500.0, 100.0, 60, 3.0, 0, {"ttft_ms": 50.0, "itl_ms": 10.0, "stat": "mean"})
-    case = Case("x", "x", "", predict_run, (run_text(Server(MODEL, GPU), run), run, True))
+    case = Case("x", "x", "", predict_run, (run_spec(Server(MODEL, GPU), run), run, True))
     p = Param("bandwidth_efficiency", *PHYSICAL_RANGES["bandwidth_efficiency"], 0.9)
     from kvplan.calibrate.fit import linearize
     import math

@@ -11,7 +11,7 @@ import pytest
 from kvplan.experiments import load
 from kvplan.sim.engine import simulate
 from kvplan.fleet.run import simulate_fleet
-from kvplan.fleet.routers import ROUTERS
+from kvplan.workload.routing import ROUTER_NAMES as ROUTERS
 from tests.conftest import shared_dir
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

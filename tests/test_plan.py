@@ -39,10 +39,10 @@ def brute_force_rate(config: Config, targets: Targets) -> float:
     replica drains all the requests at, sent at once (a higher one grows its queue)."""
     from dataclasses import replace
 
-    from kvplan.experiments import flag_workload, load_text
+    from kvplan.experiments import build_flags, flag_workload
     from kvplan.sim.engine import simulate
 
-    wl = load_text(flag_workload(MODEL, config.gpu, config.tp, 1.0, str(TRAFFIC.prompt), str(TRAFFIC.output),
+    wl = build_flags(flag_workload(MODEL, config.gpu, config.tp, 1.0, str(TRAFFIC.prompt), str(TRAFFIC.output),
                                  TRAFFIC.count))
     base, spec = wl.make_requests, wl.allocators[0]
     drain = simulate(replace(wl, make_requests=lambda: (replace(c, arrival=c.arrival * 0) for c in base())),
@@ -115,7 +115,7 @@ def test_memory_prunes_first():
 def test_rank_puts_infeasible_last():
     from kvplan.plan.search import Evaluation
 
-    rows = rank([Evaluation(Config("L4"), False, "no"),
+    rows = rank([Evaluation(Config("L4"), False, reason="no"),
                  Evaluation(Config("L40S"), True, capacity=1.0, replicas=2, gpus=2, cost_per_hour=2.0, ttft_p99=0.5)])
     assert [r.config.gpu for r in rows] == ["L40S", "L4"]
 
@@ -412,7 +412,7 @@ def test_disaggregated_pools_can_serve_a_tight_tpot_with_fewer_gpus():
     finding). The colocated fleet of that smaller size is checked to miss."""
     from dataclasses import replace
 
-    from kvplan.fleet.routers import RouterSpec
+    from kvplan.workload.routing import RouterSpec
     from kvplan.fleet.run import Group, Transfer, run_fleet
     from kvplan.plan.fleet_check import check_on_fleet
     from kvplan.plan.space import config_workload

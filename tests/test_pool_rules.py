@@ -8,7 +8,9 @@ import pytest
 
 from kvplan.model.size import size
 from kvplan.sim.inputs import make_setup
-from kvplan.workload.records import AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig, TimingConfig, Workload
+from kvplan.workload.records import PoolSpec, SchedulerConfig, TimingConfig, Workload
+from kvplan.workload.spec import AllocatorSpec
+from kvplan.workload.chunks import RequestChunk
 
 
 def served(kv_bytes: int, bytes_per_token: int, null_block: bool = True, layout=None, block: int = 16,
@@ -31,7 +33,7 @@ def test_the_engine_uses_the_blocks_kvplan_size_reports(model, tp):
 
     report = size(model, gpu="H200", tp=tp, explore=False).report
     facts = model_facts(model, tp=tp, gpu_name="H200")
-    layout = facts["layout"]
+    layout = facts.layout
     wl, spec = served(report.kv_pool_bytes, layout.bytes_per_token, layout=layout,
                       mml=min(8192, layout.max_context or 8192))
     setup = make_setup(wl, spec)

@@ -12,7 +12,7 @@ from kvplan.replay.prefix import hit_rate_sweep, prompt_block_ids, replay_prefix
 from kvplan.workload.prefixes import (
     PrefixGenerator, PrefixSpec, blocks_per_hash, synthetic_prefixes, with_prefixes,
 )  # fmt: skip
-from kvplan.workload.records import RequestChunk
+from kvplan.workload.chunks import RequestChunk
 from tests.conftest import shared_dir
 
 
@@ -314,7 +314,7 @@ def test_no_system_prompts_is_a_stream_of_fresh_blocks():
     import numpy as np
 
     from kvplan.workload.prefixes import PrefixSpec, with_prefixes
-    from kvplan.workload.records import RequestChunk
+    from kvplan.workload.chunks import RequestChunk
 
     chunk = RequestChunk(np.zeros(3), np.array([40, 40, 40]), np.array([5, 5, 5]))
     out = list(with_prefixes(iter([chunk]), PrefixSpec(system_prompts=0, hash_block_size=16),

@@ -11,6 +11,7 @@ import pytest
 
 from kvplan.errors import KvplanError, TraceError, WorkloadError
 from kvplan.model.layout import KVLayout, LayerGroup
+from kvplan.model.facts import ModelFacts
 from kvplan.workload.schema import load_workload
 from kvplan.workload.yaml_nodes import MAX_FILE_BYTES, as_size, load_yaml, load_yaml_text
 
@@ -49,8 +50,8 @@ def fake_resolver(calls=None, **extra):
             calls.append((model, kv_dtype, tp, gpu))
         gpu_obj = SimpleNamespace(name=gpu, memory_bytes=80 * 2**30, hbm_bytes_per_s=3.35e12,
                                   peak_bf16_flops=989e12) if gpu else None  # fmt: skip
-        return {"layout": llama_layout(), "weight_bytes": 16 * 10**9, "gpu": gpu_obj,
-                "flops_per_token": 1.6e10, **extra}  # fmt: skip
+        return ModelFacts(**{"layout": llama_layout(), "weight_bytes": 16 * 10**9, "gpu": gpu_obj,
+                             "flops_per_token": 1.6e10, **extra})  # fmt: skip
 
     return resolve
 

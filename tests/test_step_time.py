@@ -347,7 +347,8 @@ def test_a_busier_api_server_adds_more_to_ttft_and_e2e_but_not_to_tpot():
     import numpy as np
 
     from kvplan.sim.engine import simulate
-    from kvplan.workload.records import AllocatorSpec, TimingConfig
+    from kvplan.workload.records import TimingConfig
+    from kvplan.workload.spec import AllocatorSpec
     from tests.test_sim_reference import make_workload
 
     spec = AllocatorSpec("paged", block_size=4)
@@ -372,7 +373,8 @@ def test_the_api_server_spreads_a_burst_and_latencies_count_from_the_send():
     from dataclasses import replace as dc_replace
 
     from kvplan.sim.inputs import make_setup, prepared_chunks
-    from kvplan.workload.records import AllocatorSpec, TimingConfig
+    from kvplan.workload.records import TimingConfig
+    from kvplan.workload.spec import AllocatorSpec
     from tests.test_sim_reference import make_workload
 
     model = toy(constants=dc_replace(UNIT, frontend_request_s=1e-3))
@@ -409,10 +411,10 @@ def test_the_bench_reports_bursts_apart_and_never_fits_them():
 
 
 def _flag_run(rate, count, prompt, output, model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100-80GB"):
-    from kvplan.experiments import flag_workload, load_text
+    from kvplan.experiments import build_flags, flag_workload
     from kvplan.sim.engine import simulate
 
-    wl = load_text(flag_workload(model, gpu, 1, rate, str(prompt), str(output), count))
+    wl = build_flags(flag_workload(model, gpu, 1, rate, str(prompt), str(output), count))
     return wl, simulate(wl, wl.allocators[0])
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from kvplan.errors import TraceError, UsageError
+from kvplan.workload.spec import WorkloadSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,38 +99,41 @@ def read_runs(path: str | Path) -> list[Run]:
     return out
 
 
-def run_text(server: Server, run: Run) -> str:
-    """The workload YAML of one run (the pool is vLLM's at start-up, from kvplan size)."""
+def run_spec(server: Server, run: Run) -> WorkloadSpec:
+    """The workload of one run (the pool is vLLM's at start-up, from kvplan size)."""
+    from kvplan.experiments import flag_spec
     from kvplan.model.size import size
+    from kvplan.workload.distributions import AllAtOnce, Fixed, Lengths, Poisson
+    from kvplan.workload.spec import AllocatorSpec
+    from kvplan.workload.spec import PoolRequest, SchedulerSpec, SyntheticRequests, TraceRequests
 
     longest = int(math.ceil(run.mean_prompt + run.mean_output)) + 1
     report = size(server.model, gpu=server.gpu, tp=server.tp, tokens=max(longest, 4096), kv_dtype=server.kv_dtype,
                   explore=False).report
     if not report.fits:
         raise UsageError(f"vLLM would not serve it: {report.reason or 'one request does not fit'}", field="--model")
+    arrival = Poisson(float(run.rate)) if run.rate and not run.clients else AllAtOnce()
     if run.detailed:
-        requests = f"  trace: {{format: vllm-bench, path: {json.dumps(run.path)}}}\n"
+        from kvplan.fileio import input_path
+
+        requests = TraceRequests("vllm-bench", Path(input_path(Path(run.path), UsageError)), arrival=arrival)
     else:
-        requests = (f"  count: {run.count}\n  prompt: {{dist: fixed, value: {max(1, round(run.mean_prompt))}}}\n"
-                    f"  output: {{dist: fixed, value: {max(1, round(run.mean_output))}}}\n")
-    arrival = (f"{{process: poisson, rate: {run.rate!r}}}" if run.rate and not run.clients
-               else "{process: all_at_once}")
-    sched = [f"max_model_len: {max(longest, 4096)}"]
-    if server.max_num_seqs:
-        sched.append(f"max_num_seqs: {server.max_num_seqs}")
-    if server.max_num_batched_tokens:
-        sched.append(f"max_num_batched_tokens: {server.max_num_batched_tokens}")
-    return (f"name: calibrate\nexperiment: serve\nseed: 0\nmodel: {json.dumps(server.model)}\n"
-            f"gpu: {json.dumps(server.gpu)}\ntp: {server.tp}\nkv_dtype: {server.kv_dtype}\n"
-            f"pool: {{kv_memory: {report.kv_pool_bytes}}}\nrequests:\n{requests}  arrival: {arrival}\n"
-            f"allocators:\n  - {{kind: paged, block_size: 16}}\nscheduler: {{{', '.join(sched)}}}\n")
+        requests = SyntheticRequests(run.count, Lengths(Fixed(max(1, round(run.mean_prompt))), 1),
+                                     Lengths(Fixed(max(1, round(run.mean_output))), 0), arrival)
+    return flag_spec(lambda: WorkloadSpec(
+        name="calibrate", experiment="serve", seed=0, model=server.model, gpu=server.gpu, tp=server.tp,
+        kv_dtype=server.kv_dtype, pool=PoolRequest(kv_memory=report.kv_pool_bytes), requests=requests,
+        allocators=(AllocatorSpec("paged", block_size=16),),
+        scheduler=SchedulerSpec(max_model_len=max(longest, 4096), max_num_seqs=server.max_num_seqs or None,
+                                max_num_batched_tokens=server.max_num_batched_tokens or None),
+        path="(the flags)"))
 
 
 @lru_cache(maxsize=64)
-def _loaded(text: str):
-    from kvplan.experiments import load_text
+def _loaded(spec: WorkloadSpec):
+    from kvplan.experiments import build_flags
 
-    wl = load_text(text)
+    wl = build_flags(spec)
     chunks = list(wl.make_requests())
     cat = lambda name: np.concatenate([getattr(c, name) for c in chunks])  # noqa: E731
     return wl, cat("arrival"), cat("prompt_len"), cat("output_len")
@@ -139,10 +143,10 @@ def predict_run(arg, values: dict) -> dict:
     """{metric: (predicted, measured)} of one run at the constants `values` (a calibration case)."""
     from kvplan.calibrate.runs import measured_vs_predicted, run_benchmark
     from kvplan.model.step_time import StepConstants
-    from kvplan.workload.records import RequestChunk
+    from kvplan.workload.chunks import RequestChunk
 
-    text, run, async_scheduling = arg
-    wl, arrival, prompt, output = _loaded(text)
+    spec, run, async_scheduling = arg
+    wl, arrival, prompt, output = _loaded(spec)
     names = set(StepConstants.__dataclass_fields__)
     step = wl.timing.step
     step = replace(step.with_constants(replace(step.constants, **{k: v for k, v in values.items() if k in names})),

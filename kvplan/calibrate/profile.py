@@ -3,7 +3,7 @@ leave-one-run-out error, and the timing profile's text."""
 
 from __future__ import annotations
 
-from kvplan.calibrate.bench_files import Server, predict_run, read_runs, run_text
+from kvplan.calibrate.bench_files import Server, predict_run, read_runs, run_spec
 from kvplan.calibrate.fit import (Case, Param, errors, fit, leave_one_group_out, linearize, medians, objective_of,
                                   run_cases)
 from kvplan.errors import UsageError
@@ -22,7 +22,7 @@ def calibrate_runs(server: Server, paths: list[str], names: list[str], workers: 
                          field="--fit")
     runs = [run for path in paths for run in read_runs(path)]
     cases = [Case(run.name, f"{run.path}:{run.line}", "", predict_run,
-                  (run_text(server, run), run, server.async_scheduling)) for run in runs]
+                  (run_spec(server, run), run, server.async_scheduling)) for run in runs]
     params = [Param(n, *PHYSICAL_RANGES[n], getattr(CONSTANTS, n)) for n in names]
     shipped = CONSTANTS.to_dict()
     before = errors(run_cases(cases, shipped, workers))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -10,6 +11,7 @@ import typer
 
 from kvplan.cli.options import JsonOpt, TimingProfileOpt
 from kvplan.errors import UsageError
+from kvplan.workload.routing import ROUTER_NAMES
 
 DEFAULT_TPS = "1,2,4,8"
 
@@ -42,7 +44,7 @@ def plan(
     headroom: Annotated[float, typer.Option(help="Share of each replica's capacity left unplanned (0.1: plan each replica at 90% of the highest rate it meets the targets at).")] = 0.10,
     frontier_span: Annotated[float, typer.Option("--frontier-span", help="Simulate for the frontier the configurations costing up to this many times the answer (2: what twice the money buys).")] = 2.0,
     check_seeds: Annotated[int, typer.Option("--check-seeds", help="Fresh samples of the traffic every answer is re-simulated on at its planned load (replicas are added until all meet the targets).")] = 2,
-    router: Annotated[str, typer.Option(help="Check the replica count on a fleet behind this router, or the cheapest of a list (round_robin, random, least_outstanding, least_kv, prefix_aware), or none.")] = "round_robin",
+    router: Annotated[str, typer.Option(help=f"Check the replica count on a fleet behind this router, or the cheapest of a list ({', '.join(ROUTER_NAMES)}), or none.")] = "round_robin",
     disaggregate: Annotated[Optional[float], typer.Option(help="With --router: also try prefill/decode pools of the same GPUs, the KV sent over this many GB/s (1 ms latency).")] = None,
     check_top: Annotated[int, typer.Option("--check-top", help="How many of the best configurations to check on the fleet.")] = 3,
     workers: Annotated[Optional[int], typer.Option(help="Evaluations in parallel (default: every core).")] = None,
@@ -57,132 +59,36 @@ def plan(
 
     Example: kvplan plan meta-llama/Llama-3.1-8B-Instruct --rate 20 --prompt 1000 --output 200 --ttft-p99 2 --tpot-p99 0.05
     """
-    import math
-
-    from kvplan.plan.prices import load_prices
-    from kvplan.plan.search import Config, Rules, Targets, Traffic, pareto, search
-    from kvplan.report.files import check_writable
-    from kvplan.units import parse_count
+    from kvplan.cli.progress import StderrBar
+    from kvplan.plan.prices import load_prices, parse_tiers
+    from kvplan.plan.run import PlanRequest, plan_document
+    from kvplan.report.files import check_writable, distinct_outputs
 
     if rate is None and workload is None and gpus_limit is None and budget is None:
         raise UsageError("expected the requests/s to serve (--rate), a --workload whose rate to take, or a limit "
                          "(--gpus, --budget) to serve the most within", field="--rate")
-    if gpus_limit is not None and not 1 <= gpus_limit <= 1_000_000:
-        raise UsageError(f"expected 1 to 1,000,000 GPUs, got {gpus_limit}", field="--gpus")
-    if budget is not None and not (math.isfinite(budget) and 0 < budget <= 1e9):
-        raise UsageError(f"expected a budget above 0 and at most 1e9 $/hour, got {budget}", field="--budget")
-    if not (math.isfinite(headroom) and 0 <= headroom <= 0.9):
-        raise UsageError(f"expected a share of capacity from 0 to 0.9, got {headroom}", field="--headroom")
-    if not (math.isfinite(frontier_span) and 1 <= frontier_span <= 1000):
-        raise UsageError(f"expected 1 to 1,000 times the answer's cost, got {frontier_span}", field="--frontier-span")
-    if not 0 <= check_seeds <= 16:
-        raise UsageError(f"expected 0 to 16 fresh seeds, got {check_seeds}", field="--check-seeds")
-    if rate is not None and not (math.isfinite(rate) and 1e-3 <= rate <= 1e7):
-        raise UsageError(f"expected a rate from 0.001 to 10,000,000 requests/s, got {rate}", field="--rate")
-    p = parse_count(prompt, field="--prompt", high=2**31)
-    o = parse_count(output, field="--output", high=2**31)
-    if count is not None and not 10 <= count <= 1_000_000:
-        raise UsageError(f"expected 10 to 1,000,000 requests per evaluation, got {count}", field="--count")
-    for name, value in (("--ttft-p99", ttft_p99), ("--tpot-p99", tpot_p99), ("--e2e-p99", e2e_p99)):
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise UsageError(f"expected a positive number of seconds, got {value}", field=name)
-    if ttft_p99 is None and tpot_p99 is None and e2e_p99 is None:
-        raise UsageError("expected at least one latency target: --ttft-p99, --tpot-p99 or --e2e-p99 (without one "
-                         "any latency would do, however long the queue)", field="--ttft-p99")
-    if goodput is not None:
-        if not (math.isfinite(goodput) and 0 < goodput <= 1):
-            raise UsageError(f"expected a share of requests in (0, 1], got {goodput}", field="--goodput")
-        if ttft_p99 is None and tpot_p99 is None and e2e_p99 is None:
-            raise UsageError("a goodput needs the limits to meet: --ttft-p99, --tpot-p99 or --e2e-p99",
-                             field="--goodput")
-    routers = None if router.strip().lower() == "none" or goodput is not None else router
-    if disaggregate is not None and routers is None:
-        raise UsageError("needs a --router: disaggregated pools are checked on a fleet", field="--disaggregate")
-    if disaggregate is not None and not (math.isfinite(disaggregate) and 0 < disaggregate <= 1e6):
-        raise UsageError(f"expected a link of 0 to 1,000,000 GB/s, got {disaggregate}", field="--disaggregate")
-    if routers is not None:  # a goodput is not a fleet's p99s: no fleet check for it
-        from kvplan.fleet.routers import ROUTERS
-
-        routers = [r.strip() for r in router.split(",") if r.strip()]
-        for r in routers or [router]:
-            if r not in ROUTERS:
-                raise UsageError(f"expected some of {', '.join(ROUTERS)} or none, got {r!r}", field="--router")
-        if not 1 <= check_top <= 100:
-            raise UsageError(f"expected 1 to 100 configurations, got {check_top}", field="--check-top")
-    from kvplan.report.files import distinct_outputs
-
+    rules = _rules(gpus_limit, budget, headroom, frontier_span, check_seeds)
+    lengths = _lengths(rate, prompt, output, count)
+    targets = _targets(ttft_p99, tpot_p99, e2e_p99, goodput)
+    routers, transfer = _fleet(router, goodput, disaggregate, check_top)
     for name, target in (("--csv", csv), ("--plot", plot), ("--html", html)):
         if target is not None:
             check_writable(target, name)
     if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"expected a .png or .svg file name, got {plot.name!r}", field="--plot")
     distinct_outputs({"--csv": csv, "--plot": plot, "--html": html})
-    from kvplan.plan.prices import parse_tiers
-
     book = load_prices(prices, price, parse_tiers(price_tier))
-    gpus = _gpus(gpu, book)
-    if not 1 <= gpus_per_node <= 64:
-        raise UsageError(f"expected 1 to 64 GPUs per node, got {gpus_per_node}", field="--gpus-per-node")
-    tps = [_int(t, "--tp", 1, 64) for t in tp.split(",")]
-    if not any(t <= gpus_per_node for t in tps):
-        raise UsageError(f"every TP degree of {tp!r} exceeds the {gpus_per_node} GPUs of a node", field="--tp")
-    tps = [t for t in tps if t <= gpus_per_node]
-    quants = _quantizations(quantization, model)
-    from kvplan.model.dtypes import KV_DTYPE_CHOICES
-
-    dtypes = [d.strip() for d in kv_dtype.split(",") if d.strip()]
-    for d in dtypes or [kv_dtype]:
-        if d not in KV_DTYPE_CHOICES:
-            raise UsageError(f"expected some of {', '.join(KV_DTYPE_CHOICES)}, got {d!r}", field="--kv-dtype")
-    seqs = [_int(s, "--max-num-seqs", 1, 65_536) for s in max_num_seqs.split(",")] if max_num_seqs else [None]
-    batched = ([_int(s, "--max-num-batched-tokens", 1, 2**24) for s in max_num_batched_tokens.split(",")]
-               if max_num_batched_tokens else [None])
-    blocks = [_int(b, "--block-size", 1, 4096) for b in block_size.split(",")]
-    caching = [_switch(c) for c in prefix_caching.split(",")]
-    configs = [Config(g, t, d, s, b, c, q, m) for g in gpus for t in tps for q in quants for d in dtypes
-               for b in blocks for c in caching for m in batched for s in seqs]
+    configs = _configs(model, _gpus(gpu, book), gpus_per_node, tp, quantization, kv_dtype, max_num_seqs,
+                       max_num_batched_tokens, block_size, prefix_caching)
     n = workers if workers is not None else (os.cpu_count() or 1)
     if not 1 <= n <= 1024:
         raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
-    if workload is not None:
-        from kvplan.plan.space import from_workload
-
-        traffic = from_workload(workload, rate, count)
-    else:
-        traffic = Traffic(rate, p, o, 10_000 if count is None else count)
-    if timing_profile is not None:
-        from dataclasses import replace
-
-        from kvplan.model.timing_profile import profile_option
-
-        # refused here, in one line, before anything runs
-        traffic = replace(traffic, timing_profile=str(profile_option(timing_profile)[0]))
-    targets = Targets(ttft_p99, tpot_p99, e2e_p99, goodput)
-    rules = Rules(headroom, tuple(range(1, check_seeds + 1)), gpus_limit, budget, frontier_span)
-    from kvplan.cli.progress import StderrBar
-    from kvplan.plan.search import SearchStats
-
-    stats = SearchStats()
+    request = PlanRequest(model=model, traffic=_traffic(rate, *lengths, count, workload, timing_profile),
+                          targets=targets, configs=configs, book=book, rules=rules, routers=routers,
+                          check_top=check_top, transfer=transfer, workers=n,
+                          ray=ray or bool(os.environ.get("RAY_ADDRESS")))
     with StderrBar("planning", len(configs), enabled=not json) as bar:
-        use_ray = ray or bool(os.environ.get("RAY_ADDRESS"))
-        results = search(model, traffic, targets, configs, book, rules, workers=n, ray=use_ray,
-                         progress=lambda done, total: bar.update(done), stats=stats)
-    objective = rules.objective(traffic)
-    if routers:
-        from kvplan.fleet.run import Transfer
-        from kvplan.plan.fleet_check import checked
-
-        link = Transfer(disaggregate, 0.001) if disaggregate is not None else None
-        results = checked(model, traffic, targets, results, routers, check_top, link, book=book, objective=objective,
-                          workers=n, ray=use_ray)
-    front = pareto(results)
-    doc = {"model": model, "traffic": vars_of(traffic), "targets": {**vars_of(targets),
-                                                                    "unconstrained": targets.unconstrained},
-           "rules": {**vars_of(rules), "objective": objective, "price_tiers": list(book.tiers),
-                     "router": ",".join(routers) if routers else None},
-           "answer": results[0].to_dict() if results and results[0].feasible else None,
-           "results": [r.to_dict() for r in results], "frontier": [e.config.label for e in front],
-           "search": vars_of(stats), "prices": book.rows(gpus)}
+        doc = plan_document(request, progress=lambda done, total: bar.update(done))
     _write_files(doc, csv, plot, html)
     if json:
         from kvplan.report.output import emit_json
@@ -192,6 +98,121 @@ def plan(
         from kvplan.report.plan_view import render_plan
 
         render_plan(doc)
+
+
+def _finite(value: float, low: float, high: float, *, open_low: bool = False) -> bool:
+    return math.isfinite(value) and (low < value if open_low else low <= value) and value <= high
+
+
+def _rules(gpus_limit, budget, headroom, frontier_span, check_seeds):
+    """The plan's rules: the limit (GPUs or $/hour), the headroom, the frontier, the fresh seeds."""
+    from kvplan.plan.rows import Rules
+
+    if gpus_limit is not None and not 1 <= gpus_limit <= 1_000_000:
+        raise UsageError(f"expected 1 to 1,000,000 GPUs, got {gpus_limit}", field="--gpus")
+    if budget is not None and not _finite(budget, 0, 1e9, open_low=True):
+        raise UsageError(f"expected a budget above 0 and at most 1e9 $/hour, got {budget}", field="--budget")
+    if not _finite(headroom, 0, 0.9):
+        raise UsageError(f"expected a share of capacity from 0 to 0.9, got {headroom}", field="--headroom")
+    if not _finite(frontier_span, 1, 1000):
+        raise UsageError(f"expected 1 to 1,000 times the answer's cost, got {frontier_span}", field="--frontier-span")
+    if not 0 <= check_seeds <= 16:
+        raise UsageError(f"expected 0 to 16 fresh seeds, got {check_seeds}", field="--check-seeds")
+    return Rules(headroom, tuple(range(1, check_seeds + 1)), gpus_limit, budget, frontier_span)
+
+
+def _lengths(rate, prompt: str, output: str, count) -> tuple[int, int]:
+    """The rate, prompt, output and count flags checked; the prompt and output lengths."""
+    from kvplan.units import parse_count
+
+    if rate is not None and not _finite(rate, 1e-3, 1e7):
+        raise UsageError(f"expected a rate from 0.001 to 10,000,000 requests/s, got {rate}", field="--rate")
+    p = parse_count(prompt, field="--prompt", high=2**31)
+    o = parse_count(output, field="--output", high=2**31)
+    if count is not None and not 10 <= count <= 1_000_000:
+        raise UsageError(f"expected 10 to 1,000,000 requests per evaluation, got {count}", field="--count")
+    return p, o
+
+
+def _targets(ttft_p99, tpot_p99, e2e_p99, goodput):
+    from kvplan.plan.rows import Targets
+
+    for name, value in (("--ttft-p99", ttft_p99), ("--tpot-p99", tpot_p99), ("--e2e-p99", e2e_p99)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f"expected a positive number of seconds, got {value}", field=name)
+    if ttft_p99 is None and tpot_p99 is None and e2e_p99 is None:
+        raise UsageError("expected at least one latency target: --ttft-p99, --tpot-p99 or --e2e-p99 (without one "
+                         "any latency would do, however long the queue)", field="--ttft-p99")
+    if goodput is not None and not _finite(goodput, 0, 1, open_low=True):
+        raise UsageError(f"expected a share of requests in (0, 1], got {goodput}", field="--goodput")
+    return Targets(ttft_p99, tpot_p99, e2e_p99, goodput)
+
+
+def _fleet(router: str, goodput, disaggregate, check_top: int):
+    """The routers the best rows are checked behind (none for a goodput: it is not a fleet's p99s),
+    and the link of the disaggregated pools tried."""
+    from kvplan.workload.spec import Transfer
+
+    checking = not (router.strip().lower() == "none" or goodput is not None)
+    if disaggregate is not None and not checking:
+        raise UsageError("needs a --router: disaggregated pools are checked on a fleet", field="--disaggregate")
+    if disaggregate is not None and not _finite(disaggregate, 0, 1e6, open_low=True):
+        raise UsageError(f"expected a link of 0 to 1,000,000 GB/s, got {disaggregate}", field="--disaggregate")
+    if not checking:
+        return (), None
+    routers = [r.strip() for r in router.split(",") if r.strip()]
+    for r in routers or [router]:
+        if r not in ROUTER_NAMES:
+            raise UsageError(f"expected some of {', '.join(ROUTER_NAMES)} or none, got {r!r}", field="--router")
+    if not 1 <= check_top <= 100:
+        raise UsageError(f"expected 1 to 100 configurations, got {check_top}", field="--check-top")
+    return tuple(routers), Transfer(disaggregate, 0.001) if disaggregate is not None else None
+
+
+def _configs(model: str, gpus: list[str], gpus_per_node: int, tp: str, quantization: str, kv_dtype: str,
+             max_num_seqs, max_num_batched_tokens, block_size: str, prefix_caching: str) -> tuple:
+    """Every configuration of the search space the flags span."""
+    from kvplan.model.dtypes import KV_DTYPE_CHOICES
+    from kvplan.plan.space import Config
+
+    if not 1 <= gpus_per_node <= 64:
+        raise UsageError(f"expected 1 to 64 GPUs per node, got {gpus_per_node}", field="--gpus-per-node")
+    tps = [_int(t, "--tp", 1, 64) for t in tp.split(",")]
+    if not any(t <= gpus_per_node for t in tps):
+        raise UsageError(f"every TP degree of {tp!r} exceeds the {gpus_per_node} GPUs of a node", field="--tp")
+    tps = [t for t in tps if t <= gpus_per_node]
+    quants = _quantizations(quantization, model)
+    dtypes = [d.strip() for d in kv_dtype.split(",") if d.strip()]
+    for d in dtypes or [kv_dtype]:
+        if d not in KV_DTYPE_CHOICES:
+            raise UsageError(f"expected some of {', '.join(KV_DTYPE_CHOICES)}, got {d!r}", field="--kv-dtype")
+    seqs = [_int(s, "--max-num-seqs", 1, 65_536) for s in max_num_seqs.split(",")] if max_num_seqs else [None]
+    batched = ([_int(s, "--max-num-batched-tokens", 1, 2**24) for s in max_num_batched_tokens.split(",")]
+               if max_num_batched_tokens else [None])
+    blocks = [_int(b, "--block-size", 1, 4096) for b in block_size.split(",")]
+    caching = [_switch(c) for c in prefix_caching.split(",")]
+    return tuple(Config(g, t, d, s, b, c, q, m) for g in gpus for t in tps for q in quants for d in dtypes
+                 for b in blocks for c in caching for m in batched for s in seqs)
+
+
+def _traffic(rate, p: int, o: int, count, workload, timing_profile):
+    """The traffic: fixed lengths at a Poisson rate, or a workload file's requests; the timing
+    profile checked here, in one line, before anything runs."""
+    from dataclasses import replace
+
+    from kvplan.plan.space import Traffic
+
+    if workload is not None:
+        from kvplan.plan.space import from_workload
+
+        traffic = from_workload(workload, rate, count)
+    else:
+        traffic = Traffic(rate, p, o, 10_000 if count is None else count)
+    if timing_profile is not None:
+        from kvplan.model.timing_profile import profile_option
+
+        traffic = replace(traffic, timing_profile=str(profile_option(timing_profile)[0]))
+    return traffic
 
 
 def _write_files(doc: dict, csv: Optional[Path], plot: Optional[Path], html: Optional[Path]) -> None:
@@ -211,12 +232,6 @@ def _write_files(doc: dict, csv: Optional[Path], plot: Optional[Path], html: Opt
 
         files.append((html, lambda tmp: Path(tmp).write_text(render_html(doc), encoding="utf-8"), "--html"))
     write_outputs(files)
-
-
-def vars_of(record) -> dict:
-    from dataclasses import asdict
-
-    return asdict(record)
 
 
 def _int(text: str, field: str, lo: int, hi: int) -> int:

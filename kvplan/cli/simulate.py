@@ -59,16 +59,21 @@ def simulate(
         raise UsageError("give a workload file, a bundled example's name (kvplan examples), or --model with "
                          "the flags of a serve run", field="workload")
     else:
-        from kvplan.experiments import flag_workload, load_text
+        from kvplan.experiments import build_flags, flag_workload
 
-        text = flag_workload(model, "H100-80GB" if gpu is None else gpu, 1 if tp is None else tp, rate,
+        spec = flag_workload(model, "H100-80GB" if gpu is None else gpu, 1 if tp is None else tp, rate,
                              prompt or "1000", output or "200", 1000 if count is None else count,
                              timing_profile=_profile_path(timing_profile))
         if show_workload:
+            import json as json_module
             import sys
 
-            (sys.stderr if json else sys.stdout).write(text)
-        wl = load_text(text)
+            from kvplan.workload.spec_yaml import spec_yaml
+
+            (sys.stderr if json else sys.stdout).write(
+                f"# kvplan simulate --model {json_module.dumps(spec.model)} --gpu {json_module.dumps(spec.gpu)}: "
+                f"the workload it ran\n" + spec_yaml(spec))
+        wl = build_flags(spec)
         workload = "the flags"
     for option, value, allowed in (("--csv", csv, ("serve",)), ("--rates", rates, ("serve",)),
                                    ("--cache-blocks", cache_blocks, ("prefix",)),

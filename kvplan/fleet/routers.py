@@ -1,6 +1,7 @@
-"""The routers of a fleet (`router:` in a fleet file; kvplan/fleet/run.py runs them).
+"""The routers of a fleet (`router:` in a fleet file; kvplan/fleet/run.py runs them), one class per
+name of the registry kvplan/workload/routing.ROUTERS.
 
-`router: round_robin`, or a mapping `{policy: prefix_aware, sync_interval_s: 0.1, balance: 0.5}`:
+`router: round_robin`, or a mapping `{policy: prefix_aware, sync_interval_s: 0.1, overlap_weight: 1.0}`:
 - round_robin: request i goes to replica i mod N (a Kubernetes Service, vLLM's production stack);
 - random: uniformly, from the workload's seed (a baseline);
 - least_outstanding: the replica with the fewest requests sent and not finished (ties: the lowest
@@ -20,41 +21,12 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 
 from kvplan.errors import WorkloadError
-
-ROUTERS = ("round_robin", "random", "least_outstanding", "least_kv", "prefix_aware")
-ROUTER_KEYS = ("policy", "sync_interval_s", "overlap_weight")
-
-
-@dataclass(frozen=True, slots=True)
-class RouterSpec:
-    policy: str = "round_robin"
-    sync_interval_s: float = 0.1  # how stale the router's view of the replicas may be
-    overlap_weight: float = 1.0  # prefix_aware: tokens to prefill against KV held (Dynamo's default 1)
-
-    @staticmethod
-    def read(workload) -> "RouterSpec":
-        node = workload.extras.get("yaml_nodes", {}).get("router")
-        if node is None:
-            return RouterSpec()
-        from kvplan.workload.yaml_nodes import YamlMap, YamlScalar
-
-        if isinstance(node, YamlScalar):
-            if node.value not in ROUTERS:
-                raise node.error(f"expected one of {', '.join(ROUTERS)}, got {node.value!r}")
-            return RouterSpec(node.value)
-        if not isinstance(node, YamlMap):
-            raise node.error(f"expected a router name or a mapping, got {node.describe()}")
-        node.expect_keys(*ROUTER_KEYS)
-        return RouterSpec(node.get_choice("policy", ROUTERS, "round_robin"),
-                          node.get_float("sync_interval_s", 0.1, gt=0, le=3600),
-                          node.get_float("overlap_weight", 1.0, ge=0, le=1000))
-
+from kvplan.workload.routing import ROUTER_NAMES, RouterSpec
 
 class Router:
     looks = False  # True: it reads the replicas' state, refreshed every sync interval
@@ -204,9 +176,13 @@ class PrefixAware(Router):
                     del self.holders[old]
 
 
+IMPLEMENTATIONS = {"round_robin": RoundRobin, "random": Random, "least_outstanding": LeastOutstanding,
+                   "least_kv": LeastKv, "prefix_aware": PrefixAware}
+assert tuple(IMPLEMENTATIONS) == ROUTER_NAMES, "every router of the registry, and only those, is implemented here"
+
+
 def make_router(spec: RouterSpec, replicas, seed: int) -> Router:
-    cls = {"round_robin": RoundRobin, "random": Random, "least_outstanding": LeastOutstanding,
-           "least_kv": LeastKv, "prefix_aware": PrefixAware}[spec.policy]
+    """The router `spec` names, over `replicas` (Replica objects of kvplan/fleet/run.py)."""
     if not replicas:
         raise WorkloadError("a fleet needs at least one replica", field="replicas")
-    return cls(spec, replicas, seed)
+    return IMPLEMENTATIONS[spec.policy](spec, replicas, seed)

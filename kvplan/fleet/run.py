@@ -2,7 +2,8 @@
 
 A fleet file is a serve workload with `replicas:` (groups of identical replicas, each group's
 `model`, `gpu`, `tp`, `kv_dtype`, `pool`, `scheduler`, `allocators`, `timing` defaulting to the
-file's top level, and its `count`) and `router:` (kvplan/fleet/routers.py). Every replica is the serve
+file's top level, and its `count`) and `router:` (kvplan/fleet/routers.py): a `FleetSpec` of
+kvplan/workload/spec.py, read with the rest of the file. Every replica is the serve
 engine of kvplan/sim/engine.py with its own KV pool, prefix cache, scheduler and API server; the
 router sends each request, at its arrival, to one of them.
 
@@ -13,7 +14,7 @@ How the replicas run together:
   streams).
 - least_outstanding, least_kv and prefix_aware look at them. The router's view is refreshed every
   `sync_interval_s` of arrival time (a metrics scrape, or KV events): at each refresh every
-  replica is simulated up to that instant (the kernel's HORIZON) and reports its outstanding
+  replica is simulated up to that instant (`KernelState.advance`) and reports its outstanding
   requests and KV blocks in use; between refreshes the router adds what it sent itself, as
   routers that count in-flight requests do. prefix_aware keeps its own index of the prompt blocks
   it sent to each replica (an LRU of each replica's cache size in blocks, the way llm-d's
@@ -30,26 +31,20 @@ KV transfer times of a disaggregated fleet.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
-from kvplan.fileio import expand
-from kvplan.fleet.routers import ROUTERS, RouterSpec, make_router
-from kvplan.sim import kernel as K
+from kvplan.fleet.routers import make_router
 from kvplan.sim.engine import KernelState
 from kvplan.sim.inputs import ChunkPreparer, SimSetup, make_setup
 from kvplan.sim.metrics import ServeResult, Stats, build_result, client_frontend, latency_arrays
-from kvplan.workload.records import RequestChunk, Workload
-
-GROUP_KEYS = ("name", "count", "role", "model", "gpu", "tp", "kv_dtype", "pool", "scheduler", "allocators", "timing")
-ROLES = ("both", "prefill", "decode")
-INHERITED = ("model", "gpu", "tp", "kv_dtype", "pool", "scheduler", "allocators", "timing")
-MAX_REPLICAS = 256  # each replica keeps its own pool tables (a few MB with prefix caching): memory stays bounded
-
+from kvplan.workload.distributions import Fixed, Lengths
+from kvplan.workload.records import Workload
+from kvplan.workload.chunks import RequestChunk
+from kvplan.workload.routing import RouterSpec
+from kvplan.workload.spec import SyntheticRequests, Transfer
 
 @dataclass(frozen=True)
 class Group:
@@ -61,103 +56,52 @@ class Group:
     role: str = "both"  # "prefill" / "decode": a pool of a disaggregated fleet
 
 
-@dataclass(frozen=True, slots=True)
-class Transfer:
-    """The link a prefill replica sends a request's KV over: `latency_s` + the KV bytes each GPU
-    holds / `gb_per_s` (every GPU of the TP group sends its own shard, all at once)."""
+def transfer_ticks(transfer: Transfer, kv_bytes: np.ndarray, per_unit: int) -> np.ndarray:
+    """Ticks each request's KV takes over the link (gb_per_s 0: no bandwidth limit, the latency alone)."""
+    seconds = np.full(len(kv_bytes), transfer.latency_s)
+    if transfer.gb_per_s:
+        seconds += kv_bytes / (transfer.gb_per_s * 1e9)
+    return np.rint(seconds * per_unit).astype(np.int64)
 
-    gb_per_s: float
-    latency_s: float
 
-    def ticks(self, kv_bytes: np.ndarray, per_unit: int) -> np.ndarray:
-        """Ticks each transfer takes (gb_per_s 0: no bandwidth limit, the latency alone)."""
-        seconds = np.full(len(kv_bytes), self.latency_s)
-        if self.gb_per_s:
-            seconds += kv_bytes / (self.gb_per_s * 1e9)
-        return np.rint(seconds * per_unit).astype(np.int64)
-
-    @staticmethod
-    def read(workload: Workload) -> "Transfer | None":
-        node = workload.extras.get("yaml_nodes", {}).get("transfer")
-        if node is None:
-            return None
-        from kvplan.workload.yaml_nodes import as_map
-
-        node = as_map(node)
-        node.expect_keys("gb_per_s", "latency_s")
-        return Transfer(node.get_float("gb_per_s", ge=0, le=1e6), node.get_float("latency_s", 0.0, ge=0, le=60))
+# The requests of a group's own workload while it is built: the fleet's stream replaces them.
+_NO_REQUESTS = SyntheticRequests(1, Lengths(Fixed(1), 1), Lengths(Fixed(1), 0))
 
 
 def read_groups(workload: Workload) -> list[Group]:
-    """The `replicas:` section, each group a serve workload read by the serve reader (so a group's
-    keys mean what they mean at the top level of a serve file)."""
+    """The fleet's replica groups, each a serve workload: the fleet file's spec with the group's
+    own keys in place of the top level's (so a group's keys mean what they mean there)."""
     from kvplan.model.facts import model_facts
-    from kvplan.workload.schema import load_workload
-    from kvplan.workload.yaml_nodes import as_map, load_yaml
+    from kvplan.workload.build import build_workload
 
-    nodes = workload.extras.get("yaml_nodes", {})
-    if "replicas" not in nodes:
+    spec, fleet = workload.spec, workload.fleet
+    if spec is None or fleet is None:
         raise WorkloadError("a fleet needs `replicas:`, a list of replica groups", file=workload.path,
                             field="replicas")
-    items = list(nodes["replicas"])
-    if not items:
-        raise nodes["replicas"].error("expected at least one replica group")
-    top = load_yaml(workload.path).to_python()
-    groups, total = [], 0
-    for i, item in enumerate(items):
-        node = as_map(item)
-        node.expect_keys(*GROUP_KEYS)
-        count = node.get_int("count", 1, ge=1, le=MAX_REPLICAS)
-        name = node.get_str("name", f"group{i}")
-        role = node.get_choice("role", ROLES, "both")
-        total += count
-        if total > MAX_REPLICAS:
-            raise node.error(f"more than {MAX_REPLICAS:,} replicas in all")
-        own = {k: v for k, v in node.to_python().items() if k in INHERITED}
+    groups = []
+    for i, g in enumerate(fleet.groups):
+        where = f"replicas[{i}]"
+        line = spec.locate(where) if spec.locate is not None else None
+        own = g.overrides()
         if not own:
-            wl = replace(workload, experiment="serve", extras={})
+            wl = replace(workload, experiment="serve", extras={}, fleet=None)
         else:
-            doc = {k: top[k] for k in INHERITED if k in top}
-            doc.update(own)
-            timing = doc.get("timing")
-            if isinstance(timing, dict) and isinstance(timing.get("profile"), str):  # relative to the fleet file,
-                # not to the temporary file the group is read from
-                named = expand(timing["profile"], WorkloadError, "timing.profile")
-                doc["timing"] = {**timing, "profile": str(named if named.is_absolute()
-                                                          else Path(workload.path).parent / named)}
-            doc.update(name=f"{workload.name}:{name}", experiment="serve",
-                       requests={"count": 1, "prompt": {"dist": "fixed", "value": 1},
-                                 "output": {"dist": "fixed", "value": 1}, "arrival": {"process": "all_at_once"}})
-            wl = _load_group(doc, node, load_workload, model_facts)
+            try:
+                wl = build_workload(replace(spec, name=f"{workload.name}:{g.name}", experiment="serve",
+                                            requests=_NO_REQUESTS, fleet=None, sections={}, **own), model_facts)
+            except KvplanError as exc:  # name the group
+                raise WorkloadError(exc.message, file=workload.path, field=f"{where}.{exc.field}" if exc.field
+                                    else where, line=line) from None
             wl = replace(wl, make_requests=workload.make_requests, num_requests=workload.num_requests,
-                         seed=workload.seed, extras={})
+                         seed=workload.seed, extras={}, fleet=None)
         if wl.timing.gpu_name is None:
-            raise node.error("a fleet's replicas need a gpu (their latencies come from its step times)")
-        if role == "decode" and (wl.allocators[0].kind != "paged" or wl.scheduler.prefix_caching):
-            raise node.error("a decode pool receives its prompts' KV: it needs a paged allocator and "
-                             "scheduler.prefix_caching: false")
-        groups.append(Group(name, count, wl, role))
-    roles = {g.role for g in groups}
-    if roles != {"both"} and roles != {"prefill", "decode"}:
-        raise nodes["replicas"].error("a disaggregated fleet has prefill and decode groups only "
-                                      f"(got roles {', '.join(sorted(roles))})")
-    if roles == {"prefill", "decode"} and Transfer.read(workload) is None:
-        raise nodes["replicas"].error("a disaggregated fleet needs `transfer: {gb_per_s, latency_s}`, "
-                                      "the link the KV moves over")
+            raise WorkloadError("a fleet's replicas need a gpu (their latencies come from its step times)",
+                                file=workload.path, field=where, line=line)
+        if g.role == "decode" and (wl.allocators[0].kind != "paged" or wl.scheduler.prefix_caching):
+            raise WorkloadError("a decode pool receives its prompts' KV: it needs a paged allocator and "
+                                "scheduler.prefix_caching: false", file=workload.path, field=where, line=line)
+        groups.append(Group(g.name, g.count, wl, g.role))
     return groups
-
-
-def _load_group(doc: dict, node, load_workload, model_facts) -> Workload:
-    import yaml
-
-    with tempfile.TemporaryDirectory(prefix="kvplan-fleet-") as tmp:
-        path = Path(tmp) / "group.yaml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        try:
-            return load_workload(path, resolve_model=model_facts)
-        except KvplanError as exc:  # name the group, not the temporary file
-            raise WorkloadError(exc.message, file=node.file, field=f"{node.path}.{exc.field}" if exc.field
-                                else node.path, line=node.line) from None
 
 
 class Replica:
@@ -180,21 +124,15 @@ class Replica:
 
     def advance(self, horizon: int, final: bool = False) -> None:
         """Simulate up to `horizon` ticks (it has nothing arriving before then), or to the end."""
-        if self.state.loaded:
-            self.state.st[K.HORIZON] = 0 if final else horizon
-            self.state.run(final=final)
+        self.state.advance(None if final else horizon)
 
     @property
     def outstanding(self) -> int:
-        return self.state.loaded - int(self.state.st[K.DONE])
+        return self.state.outstanding
 
     @property
     def blocks_used(self) -> int:
-        return self.setup.num_blocks - int(self.state.st[K.FREE_BLOCKS]) if self.setup.paged else 0
-
-    def busy_ticks(self) -> int:
-        st = self.state.st
-        return int(st[K.NOW] - st[K.ORIGIN] - st[K.IDLE]) if self.state.loaded else 0
+        return self.state.blocks_in_use
 
 
 def _split(chunk: RequestChunk, gids: np.ndarray, choice: np.ndarray, replicas: list[Replica]) -> None:
@@ -254,8 +192,9 @@ def simulate_fleet(workload: Workload, *, progress=None) -> FleetResult:
     """Route the workload's requests over its replicas and serve them (see the module docstring)."""
     from kvplan.workload.prefixes import request_stream
 
-    return run_fleet(read_groups(workload), RouterSpec.read(workload), request_stream(workload), workload.seed,
-                     total=workload.num_requests, progress=progress, transfer=Transfer.read(workload))
+    fleet = workload.fleet
+    return run_fleet(read_groups(workload), fleet.router, request_stream(workload), workload.seed,
+                     total=workload.num_requests, progress=progress, transfer=fleet.transfer)
 
 
 def run_fleet(groups: list[Group], spec: RouterSpec, chunks, seed: int = 0, *, total: int = 0,
@@ -320,7 +259,7 @@ def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, tot
     router sends each request to a prefill replica, which runs its prompt with one output token
     (max_tokens 1); its KV (the prompt's, per GPU of the prefill group's layout) then crosses the
     link, and the request reaches a decode replica (routed by the same policy) when it has: there
-    it is admitted holding all but its last prompt token's KV (kernel PRELOAD), computes that
+    it is admitted holding all but its last prompt token's KV (the engine's preload), computes that
     token and samples every output token. The client's TTFT is the decode replica's first token;
     the transfer time of each request is reported. (The decode side does not push back on
     prefill: a prefill replica frees a request's blocks when it finishes.)"""
@@ -342,7 +281,7 @@ def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, tot
         if r.gids:
             gids = np.concatenate(r.gids)
             kv_bytes[gids] = p["prompt"][gids] * float(r.group.workload.layout.bytes_per_token)
-    moved = transfer.ticks(kv_bytes, per_unit)
+    moved = transfer_ticks(transfer, kv_bytes, per_unit)
     ready = p["finish"] + moved
     order = np.argsort(ready, kind="stable")
     output = np.concatenate(outputs) if outputs else np.zeros(0, dtype=np.int64)
@@ -390,10 +329,10 @@ def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica]) -> F
             hits, queries = hits + raw.prefix.hits, queries + raw.prefix.queries
     per_unit = replicas[0].setup.clock.ticks_per_unit
     used = [r for r in replicas if r.state.loaded]
-    start = min(int(r.state.st[K.ORIGIN]) for r in used)
-    end = max(int(r.state.st[K.NOW]) for r in used)
+    start = min(r.state.origin for r in used)
+    end = max(r.state.now for r in used)
     span = (end - start) / per_unit
-    busy = [r.busy_ticks() / per_unit for r in replicas]
+    busy = [r.state.busy_ticks() / per_unit for r in replicas]
     mean_busy = sum(busy) / len(busy)
     cat = {k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]}
     completed = sum(x.completed for x in results)
@@ -414,4 +353,4 @@ def fleet_document(workload: Workload, *, progress=None) -> dict:
             "time_unit": "s", **result.to_dict()}
 
 
-__all__ = ["FleetResult", "Group", "ROUTERS", "fleet_document", "run_fleet", "simulate_fleet"]
+__all__ = ["FleetResult", "Group", "fleet_document", "run_fleet", "simulate_fleet"]

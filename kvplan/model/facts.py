@@ -2,23 +2,38 @@
 
 from __future__ import annotations
 
-from kvplan.model.build import build_layout
-from kvplan.model.gpus import get_gpu
-from kvplan.model.resolve import load_spec
-from kvplan.model.step_time import step_model
-from kvplan.model.weights import estimate_weights
+from dataclasses import dataclass
+from typing import Any
+
+from kvplan.model.layout import KVLayout
 
 
-def model_facts(model: str, kv_dtype: str = "auto", tp: int = 1, gpu_name: str | None = None) -> dict:
-    """Layout, weight bytes per GPU, GPU record and forward FLOPs per token for a workload.
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """A model served at a KV dtype and TP degree, on a GPU or none: the `resolve_model` contract
+    of `kvplan.workload.build.build_workload`."""
 
-    The shape of the dict is the `resolve_model` contract of `kvplan.workload.schema.load_workload`.
-    """
+    layout: KVLayout
+    weight_bytes: int = 0  # per GPU
+    gpu: Any = None  # kvplan.model.gpus.GPU, None without one
+    flops_per_token: float = 0.0  # forward FLOPs per processed token, per GPU
+    params: int = 0
+    step_model: Any = None  # kvplan.model.step_time.StepModel, with a GPU
+
+
+def model_facts(model: str, kv_dtype: str = "auto", tp: int = 1, gpu_name: str | None = None) -> ModelFacts:
+    """Layout, weight bytes per GPU, GPU record, forward FLOPs per token and the step-time model."""
+    from kvplan.model.build import build_layout
+    from kvplan.model.gpus import get_gpu
+    from kvplan.model.resolve import load_spec
+    from kvplan.model.step_time import step_model
+    from kvplan.model.weights import estimate_weights
+
     spec = load_spec(model)
     weights = estimate_weights(spec)
     layout = build_layout(spec, kv_dtype, tp)
     gpu = get_gpu(gpu_name) if gpu_name else None
-    return dict(
+    return ModelFacts(
         layout=layout,
         weight_bytes=weights.bytes_per_gpu(tp),
         gpu=gpu,

@@ -106,27 +106,25 @@ def doomed(targets, count: int, per_unit: float):
     stops a run that would pass."""
     import numpy as np
 
-    from kvplan.sim import kernel as K
-
     tol = 1 + 1e-9
     if targets.goodput is not None:
         need = count - math.ceil(targets.goodput * count - 1e-9) + 1
     else:
         need = count - math.floor(0.99 * (count - 1))
     limits = [(col, target * per_unit * tol + 1) for col, target in
-              ((K.FIRST_TOKEN_AT, targets.ttft_p99), (K.FINISHED_AT, targets.e2e_p99)) if target is not None]
+              (("first_token", targets.ttft_p99), ("finish", targets.e2e_p99)) if target is not None]
     tpot = None if targets.tpot_p99 is None else targets.tpot_p99 * per_unit * tol
     if not limits and tpot is None:
         return None
 
-    def lateness(req, now: int) -> list:
-        arrival = req[:, K.ARRIVAL]
+    def lateness(cols, rows: slice, now: int) -> list:
+        arrival = cols.arrival[rows]
         lates = []
         for col, limit in limits:
-            at = req[:, col]
+            at = getattr(cols, col)[rows]
             lates.append(((at >= 0) & (at - arrival > limit)) | ((at < 0) & (now - arrival > limit)))
         if tpot is not None:
-            first, finish, out = req[:, K.FIRST_TOKEN_AT], req[:, K.FINISHED_AT], req[:, K.OUTPUT]
+            first, finish, out = cols.first_token[rows], cols.finish[rows], cols.output[rows]
             end = np.where(finish >= 0, finish, now)
             lates.append((first >= 0) & (out > 1) & (end - first > tpot * (out - 1) + 1))
         if targets.goodput is not None:
@@ -136,15 +134,15 @@ def doomed(targets, count: int, per_unit: float):
     settled = [0, None]  # rows before settled[0] have all finished: their counts, in settled[1], are final
 
     def stop(state) -> bool:
-        req, now = state.req[:state.loaded], int(state.st[K.NOW])
+        cols, now = state.columns(), state.now
         start = settled[0]
-        waiting = np.flatnonzero(req[start:, K.FINISHED_AT] < 0)
-        end = start + (int(waiting[0]) if len(waiting) else len(req) - start)
+        waiting = np.flatnonzero(cols.finish[start:] < 0)
+        end = start + (int(waiting[0]) if len(waiting) else len(cols.finish) - start)
         if end > start:
-            done = [int(x.sum()) for x in lateness(req[start:end], now)]
+            done = [int(x.sum()) for x in lateness(cols, slice(start, end), now)]
             settled[1] = done if settled[1] is None else [a + b for a, b in zip(settled[1], done)]
             settled[0] = end
-        open_ = lateness(req[end:], now)
+        open_ = lateness(cols, slice(end, None), now)
         base = settled[1] or [0] * len(open_)
         return any(b + int(x.sum()) >= need for b, x in zip(base, open_))
 

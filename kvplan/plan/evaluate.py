@@ -83,7 +83,7 @@ def bounds_of(model: str, traffic: Traffic, targets: Targets, config: Config, bo
         sample = Sample(model, traffic, config)
         setup = make_setup(sample.wl, sample.spec)
     except KvplanError as exc:  # vLLM would not start it, or the traffic cannot run on it
-        return Evaluation(config, False, exc.message, left_out="memory")
+        return Evaluation(config, False, reason=exc.message, left_out="memory")
     return _bounded(sample, setup, traffic, targets, config, book, rules)
 
 
@@ -95,24 +95,24 @@ def _bounded(sample: Sample, setup, traffic: Traffic, targets: Targets, config: 
     why = miss_reason(b, targets)
     known = dict(bound_ttft=b.ttft_s, bound_rate=b.rate)
     if why is not None:
-        return Evaluation(config, True, why, left_out="floor", **known)
+        return Evaluation(config, True, reason=why, left_out="floor", **known)
     usable = b.rate * (1 - rules.headroom)
     if traffic.rate is not None:
         least = max(1, math.ceil(traffic.rate / usable * (1 - 1e-12))) if usable > 0 else 1 << 20
         most = most_replicas(config, book, rules) if rules.objective(traffic) == "latency" else None
         if most is not None and most < least:
-            return Evaluation(config, True, f"needs at least {least} replicas for {traffic.rate:g} requests/s "
-                              f"(at most {b.rate:.3g} requests/s each, less {rules.headroom:.0%} headroom), "
+            return Evaluation(config, True, reason=f"needs at least {least} replicas for {traffic.rate:g} "
+                              f"requests/s (at most {b.rate:.3g} requests/s each, less {rules.headroom:.0%} headroom), "
                               f"more than the limit allows ({most})", left_out="limit", **known)
         rental = book.rent(config.gpu, config.tp, least)
         if rental is None:
-            return Evaluation(config, True, book.no_rental_reason(config.gpu, config.tp), left_out="price", **known)
-        return Evaluation(config, True, None, bound_cost=rental.usd_per_hour, **known)
+            return Evaluation(config, True, reason=book.no_rental_reason(config.gpu, config.tp), left_out="price", **known)
+        return Evaluation(config, True, reason=None, bound_cost=rental.usd_per_hour, **known)
     most = most_replicas(config, book, rules)
     if most < 1:
-        return Evaluation(config, True, "not one replica within the limit", left_out="limit", **known)
+        return Evaluation(config, True, reason="not one replica within the limit", left_out="limit", **known)
     rental = book.rent(config.gpu, config.tp, most)
-    return Evaluation(config, True, None, bound_cost=rental.usd_per_hour if rental else None,
+    return Evaluation(config, True, reason=None, bound_cost=rental.usd_per_hour if rental else None,
                       bound_served=most * usable, **known)
 
 
@@ -137,7 +137,6 @@ class Replica:
         self.fresh: dict[int, object] = {}
 
     def _run(self, key: tuple, workload, stoppable: bool):
-        from kvplan.sim import kernel as K
         from kvplan.sim.engine import simulate
 
         self.used += 1
@@ -150,7 +149,7 @@ class Replica:
 
         def stop(state) -> bool:
             if rule(state):
-                peak[0] = int(state.st[K.PEAK_RUNNING])
+                peak[0] = state.peak_running
                 return True
             return False
 
@@ -295,7 +294,7 @@ def evaluate(model: str, traffic: Traffic, targets: Targets, config: Config, boo
     try:
         r = Replica(model, traffic, targets, config, runs)
     except KvplanError as exc:  # vLLM would not start it, or the traffic cannot run on it
-        return Evaluation(config, False, exc.message, left_out="memory")
+        return Evaluation(config, False, reason=exc.message, left_out="memory")
     if pre is None:
         pre = _bounded(r.sample, r.setup, traffic, targets, config, book, rules)
         if pre.reason is not None:

@@ -37,7 +37,7 @@ def check_on_fleet(model: str, traffic: Traffic, targets: Targets, e: Evaluation
     on a fresh sample (FLEET_SEED) at the rate the row serves. `book`: the prices to rent the fleet
     from (None: the row's $/GPU-hour, per GPU). With a fixed limit (`objective` latency or traffic)
     the replica count stays the row's: the check passes or the row is out."""
-    from kvplan.fleet.routers import RouterSpec
+    from kvplan.workload.routing import RouterSpec
     from kvplan.fleet.run import Group, run_fleet
     from kvplan.workload.prefixes import request_stream
 

@@ -3,7 +3,7 @@ how rows compare (rank, frontier, and when a simulated row beats another's bound
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass
 from typing import Iterable
 
 from kvplan.plan.space import Config, Traffic
@@ -91,8 +91,11 @@ class Rules:
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:
+    """One configuration, judged: why it is left out, or its capacity, plan, price and p99s."""
+
     config: Config
     fits: bool
+    _: KW_ONLY
     reason: str | None = None  # why it was left out or cannot meet the targets
     left_out: str | None = None  # the step that left it out: memory, floor, limit, price, bounded, missed
     #   (kvplan/report/plan_view.LEFT_OUT words them; None: planned, or not settled yet)

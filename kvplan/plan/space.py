@@ -109,15 +109,15 @@ def config_workload(model: str, traffic: Traffic, config: Config, seed: int | No
     """The serve workload of one configuration at rate 1 (arrivals are scaled per run); `seed`: a
     fresh sample of the traffic (default: the traffic's own, `Traffic.seed`)."""
     seed = traffic.seed if seed is None else seed
-    from kvplan.experiments import flag_workload, load_text
+    from kvplan.experiments import build_flags, flag_workload
 
-    text = flag_workload(config.model_id(model), config.gpu, config.tp, 1.0, str(max(1, round(traffic.prompt))),
+    spec = flag_workload(config.model_id(model), config.gpu, config.tp, 1.0, str(max(1, round(traffic.prompt))),
                          str(max(1, round(traffic.output))), traffic.count, kv_dtype=config.kv_dtype,
                          max_num_seqs=config.max_num_seqs, block_size=config.block_size,
                          prefix_caching=config.prefix_caching, max_model_len=traffic.max_model_len,
                          timing_profile=traffic.timing_profile, seed=seed or 0,
                          max_num_batched_tokens=config.max_num_batched_tokens)
-    wl = load_text(text)
+    wl = build_flags(spec)
     if traffic.workload is None:
         return wl
     source = _traffic_workload(traffic.workload, seed)

@@ -12,7 +12,8 @@ import numpy as np
 from kvplan.memory.capacity import (CapacityResult, contiguous_capacity, grouped_capacity,
                                     paged_capacity_sweep)
 from kvplan.workload.pool_rules import hybrid_rule, pool_bytes, usable_blocks
-from kvplan.workload.records import AllocatorSpec, Workload
+from kvplan.workload.records import Workload
+from kvplan.workload.spec import AllocatorSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from kvplan.errors import KvplanError
 from kvplan.memory.paged import OutOfBlocks
 from kvplan.memory.prefix_cache import PrefixCachingBlockManager, PrefixCacheStats
 from kvplan.workload.prefixes import blocks_per_hash
-from kvplan.workload.records import RequestChunk
+from kvplan.workload.chunks import RequestChunk
 
 def prompt_block_ids(hash_ids: Sequence[int] | None, prompt_len: int, hash_block_size: int,
                      block_size: int) -> list:  # fmt: skip

@@ -5,14 +5,14 @@ the same result to the last bit; it is fast because it does not step token by to
 events (an arrival that could be admitted, a finish, a block the pool cannot serve, a prefill)
 the running batch only decodes, and the compiled kernel (`kernel.py`) advances over all those
 steps in one closed-form jump. Requests are read lazily chunk by chunk; per request the engine
-keeps one row of 18 int64 (144 bytes, named in kernel.py), and the running batch is a small array of
+keeps one row of 19 int64 (152 bytes, named in kernel.py), and the running batch is a small array of
 request ids. With prefix caching, the block identities of the loaded prompts (one trie node per
 trace hash block, `prefix_ids.py`) and the cached entries live in the four arrays of `px`.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -22,7 +22,8 @@ from kvplan.sim import kernel as K
 from kvplan.sim.inputs import PreparedChunk, SimSetup, make_setup, prepared_chunks
 from kvplan.sim.metrics import INTEGRALS, PrefixCounts, RawRun, ServeResult, build_result
 from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
-from kvplan.workload.records import AllocatorSpec, Workload
+from kvplan.workload.records import Workload
+from kvplan.workload.spec import AllocatorSpec
 
 EVENTS_PER_CALL = 200_000  # kernel events between progress reports
 MAX_EVENT_TICKS = 1 << 61  # the most one step or jump may move the clock (see kernel.run)
@@ -83,8 +84,21 @@ def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
     return cfg
 
 
+@dataclass(frozen=True, slots=True)
+class RequestColumns:
+    """Per loaded request, views (not copies) of the engine's table, in ticks; -1: not yet."""
+
+    arrival: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    output: np.ndarray
+
+
 class KernelState:
-    """The arrays the kernel works on, and the loading of request chunks into them."""
+    """One serve engine's state: the arrays the kernel works on, the loading of request chunks
+    into them, and what a caller may ask of a run in progress (`advance`, `outstanding`,
+    `blocks_in_use`, `busy_ticks`, `columns`). Callers outside kvplan/sim/ use these and never the
+    kernel's arrays."""
 
     def __init__(self, setup: SimSetup, timeline_points: int = TIMELINE_POINTS):
         if timeline_points < 2 or timeline_points % 2:
@@ -121,7 +135,49 @@ class KernelState:
 
     @property
     def loaded(self) -> int:
+        """Requests loaded so far."""
         return int(self.st[K.LOADED])
+
+    @property
+    def now(self) -> int:
+        """The engine's clock, in ticks."""
+        return int(self.st[K.NOW])
+
+    @property
+    def origin(self) -> int:
+        """The tick of the first arrival."""
+        return int(self.st[K.ORIGIN])
+
+    @property
+    def outstanding(self) -> int:
+        """Requests loaded and not finished."""
+        return self.loaded - int(self.st[K.DONE])
+
+    @property
+    def blocks_in_use(self) -> int:
+        """KV blocks held by requests or by the prefix cache's unfreed entries (0 unpaged)."""
+        return self.setup.num_blocks - int(self.st[K.FREE_BLOCKS]) if self.setup.paged else 0
+
+    @property
+    def peak_running(self) -> int:
+        """The most requests that ran in one step so far."""
+        return int(self.st[K.PEAK_RUNNING])
+
+    def busy_ticks(self) -> int:
+        """Ticks from the first arrival to now less those with nothing running or waiting."""
+        return int(self.st[K.NOW] - self.st[K.ORIGIN] - self.st[K.IDLE]) if self.loaded else 0
+
+    def columns(self) -> RequestColumns:
+        """The loaded requests' arrival, first-token and finish ticks and output lengths."""
+        req = self.req[:self.loaded]
+        return RequestColumns(req[:, K.ARRIVAL], req[:, K.FIRST_TOKEN_AT], req[:, K.FINISHED_AT], req[:, K.OUTPUT])
+
+    def advance(self, horizon: int | None) -> None:
+        """Simulate up to tick `horizon` (nothing arrives before it that is not loaded), or, with
+        None, every loaded request to its end."""
+        if self.loaded:
+            self.st[K.HORIZON] = 0 if horizon is None else horizon
+            self.run(final=horizon is None)
 
     def load(self, chunk: PreparedChunk) -> None:
         """Append a chunk's requests (growing the table by doubling)."""

@@ -23,12 +23,13 @@ from kvplan.memory.contiguous import POLICIES, reservation
 from kvplan.sim.prefix_ids import ChunkIds, PrefixTrie
 from kvplan.sim.timing import StepClock, make_clock
 from kvplan.workload.pool_rules import HybridBlocks, hybrid_rule, pool_bytes, usable_blocks
-from kvplan.workload.records import AllocatorSpec, SchedulerConfig, Workload
+from kvplan.workload.records import SchedulerConfig, Workload
+from kvplan.workload.spec import AllocatorSpec
 
 PREEMPTION_MODES = ("recompute", "swap")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SimSetup:
     """One allocator's run, checked: pool geometry, scheduler limits and the clock."""
 
@@ -112,7 +113,8 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
             raise WorkloadError("prefix caching is modelled with recompute preemption only (vLLM V1 "
                                 "preempts by recompute); set prefix_caching: false to swap",
                                 field="scheduler.preemption")
-        return SimSetup(allocator.label, True, None, b, num_blocks, slots, 0, s, clock, caching)
+        return SimSetup(label=allocator.label, paged=True, policy=None, block_size=b, num_blocks=num_blocks,
+                        slots=slots, limit=0, sched=s, clock=clock, prefix_caching=caching)
     if allocator.kind != "contiguous" or allocator.policy not in POLICIES:
         raise WorkloadError(f"unknown allocator {allocator!r}", field="allocators")
     limit = _int_at_least(allocator.max_len or workload.contiguous_max_len, 1, "max_len")
@@ -125,7 +127,8 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
         raise WorkloadError(f"the pool has {slots} slots, fewer than one {allocator.policy} "
                             f"reservation of {need} for a max_model_len request",
                             field="pool.slots")
-    return SimSetup(allocator.label, False, allocator.policy, 1, slots, slots, limit, s, clock)
+    return SimSetup(label=allocator.label, paged=False, policy=allocator.policy, block_size=1, num_blocks=slots,
+                    slots=slots, limit=limit, sched=s, clock=clock)
 
 
 def _hybrid_setup(workload: Workload, allocator: AllocatorSpec, clock: StepClock, groups,
@@ -143,7 +146,8 @@ def _hybrid_setup(workload: Workload, allocator: AllocatorSpec, clock: StepClock
                             f"{s.max_model_len} needs (vLLM refuses to start)", field="pool")
     # prefix caching across layer groups (a hit needs every group's blocks, and a state checkpoint)
     # is not modelled: hybrid runs keep it off, and their results say so (prefix_caching: false)
-    return SimSetup(f"paged-B{b}", True, None, b, num_blocks, pool_blocks * b, 0, s, clock, False, rule)
+    return SimSetup(label=f"paged-B{b}", paged=True, policy=None, block_size=b, num_blocks=num_blocks,
+                    slots=pool_blocks * b, limit=0, sched=s, clock=clock, prefix_caching=False, hybrid=rule)
 
 
 def clip_lengths(prompt, output, max_model_len: int, already=None) -> tuple[np.ndarray, np.ndarray, int]:

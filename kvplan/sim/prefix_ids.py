@@ -21,7 +21,7 @@ import numpy as np
 
 from kvplan.errors import WorkloadError
 from kvplan.workload.prefixes import blocks_per_hash
-from kvplan.workload.records import RequestChunk
+from kvplan.workload.chunks import RequestChunk
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,8 @@ from kvplan.model.step_time import prefill_pairs
 from kvplan.sim.inputs import SimSetup, make_setup, prepared_chunks
 from kvplan.sim.metrics import PrefixCounts, RawRun, ServeResult, build_result
 from kvplan.sim.sampling import TIMELINE_POINTS, TimelineSampler
-from kvplan.workload.records import AllocatorSpec, Workload
+from kvplan.workload.records import Workload
+from kvplan.workload.spec import AllocatorSpec
 
 
 @dataclass(slots=True)

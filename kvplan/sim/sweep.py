@@ -16,7 +16,9 @@ import numpy as np
 from kvplan.errors import WorkloadError
 from kvplan.sim.engine import simulate
 from kvplan.sim.metrics import ServeResult
-from kvplan.workload.records import AllocatorSpec, RequestChunk, Workload
+from kvplan.workload.records import Workload
+from kvplan.workload.spec import AllocatorSpec
+from kvplan.workload.chunks import RequestChunk
 
 RequestsForRate = Callable[[float], Iterator[RequestChunk]]
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from kvplan.errors import TraceError
 from kvplan.fileio import text_lines
-from kvplan.workload.records import CHUNK_SIZE, MAX_TOKENS, RequestChunk
+from kvplan.workload.chunks import CHUNK_SIZE, MAX_TOKENS, RequestChunk
 from kvplan.workload.yaml_nodes import YamlMap, as_float, as_int
 
 MAX_LENGTH = MAX_TOKENS  # no request is longer than two billion tokens

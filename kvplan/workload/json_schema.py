@@ -11,6 +11,7 @@ from __future__ import annotations
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
 from kvplan.workload import distributions as D
 from kvplan.workload import schema as S
+from kvplan.workload.routing import ROUTER_NAMES
 from kvplan.workload.traces import TRACE_FORMATS
 
 SIZE = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\s*[0-9.eE+-]+\s*[A-Za-z]*\s*$"}],
@@ -99,7 +100,7 @@ def workload_schema() -> dict:
         "sampling": {"type": "object", "description": "experiment sharing: parallel sampling and beam search"},
         "replicas": {"type": "array", "minItems": 1, "description": "experiment fleet: replica groups",
                      "items": _closed({"name": {"type": "string"}, "count": {"type": "integer", "minimum": 1},
-                                       "role": {"enum": ["both", "prefill", "decode"]},
+                                       "role": {"enum": list(S.ROLES)},
                                        "model": {"type": "string"}, "gpu": {"type": "string"},
                                        "tp": {"type": "integer", "minimum": 1}, "kv_dtype": {"enum": list(KV_DTYPE_CHOICES)},
                                        "pool": pool, "scheduler": _closed(scheduler_props),
@@ -108,8 +109,8 @@ def workload_schema() -> dict:
         "transfer": _closed({"gb_per_s": {"type": "number", "minimum": 0}, "latency_s": {"type": "number", "minimum": 0}},
                             ("gb_per_s",), "experiment fleet, disaggregated: the link the KV moves over"),
         "router": {"description": "experiment fleet: the router (kvplan/fleet/routers.py)", "anyOf": [
-            {"enum": ["round_robin", "random", "least_outstanding", "least_kv", "prefix_aware"]},
-            _closed({"policy": {"enum": ["round_robin", "random", "least_outstanding", "least_kv", "prefix_aware"]},
+            {"enum": list(ROUTER_NAMES)},
+            _closed({"policy": {"enum": list(ROUTER_NAMES)},
                      "sync_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
                      "overlap_weight": {"type": "number", "minimum": 0, "maximum": 1000}}, ())]},
     }

@@ -16,7 +16,8 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
-from kvplan.workload.records import MAX_TOKENS, RequestChunk, Workload
+from kvplan.workload.records import Workload
+from kvplan.workload.chunks import MAX_TOKENS, RequestChunk
 from kvplan.workload.yaml_nodes import YamlList, YamlMap, as_int
 
 POPULARITY = ("uniform", "zipf")

@@ -1,9 +1,10 @@
-"""Read a workload file into a validated `Workload` (the full schema: workloads/SCHEMA.md).
+"""Read a workload file into a `WorkloadSpec`, and through it a `Workload` (the full schema:
+workloads/SCHEMA.md).
 
 ```yaml
 name: lesson                  # default: the file name without .yaml
 seed: 0                       # default 0; one numpy default_rng(seed) per workload
-experiment: capacity          # capacity | serve | prefix | sharing (default serve)
+experiment: capacity          # capacity | serve | prefix | sharing | fleet (default serve)
 model: meta-llama/Meta-Llama-3-8B   # any `kvplan size` model argument (optional with pool.slots)
 kv_dtype: auto                # auto|fp32|bf16|fp16|fp8|int8|int4
 tp: 1
@@ -28,265 +29,203 @@ allocators:                   # default: [{kind: paged, block_size: 16}]
   - {kind: paged, block_size: [16, 32]}              # a list gives one allocator each
 scheduler: {max_num_seqs: 256, max_num_batched_tokens: 8192, max_model_len: 8192,
             chunked_prefill: false, preemption: recompute, swap_space: 4GiB}  # or swap_slots
-timing: {bandwidth_efficiency: 0.8, flops_efficiency: 0.5, step_overhead_ms: 0.0}
-prefix: {...}                 # experiment prefix: shared prompts (read by sim/sharing_runs.py)
+timing: {model: physical, profile: h100-8b.yaml}  # or roofline {bandwidth_efficiency: 0.8,
+                              #   flops_efficiency: 0.5, step_overhead_ms: 0.0}
+prefix: {...}                 # shared prompts (read by kvplan/workload/prefixes.py)
 sampling: {...}               # experiment sharing: parallel sampling / beam search groups
+replicas: [{count: 2, gpu: L40S}, ...]  # experiment fleet: replica groups (kvplan/fleet/run.py)
+router: round_robin           # experiment fleet: kvplan/workload/routing.ROUTERS
+transfer: {gb_per_s: 50, latency_s: 0.001}  # experiment fleet, disaggregated: the KV link
 ```
 
-Model-dependent values come from a `resolve_model(model, kv_dtype, tp, gpu_name)` callback that
-returns a dict with `layout` (KVLayout), `weight_bytes`, `gpu` (an object with memory_bytes,
-hbm_bytes_per_s, peak_bf16_flops; None without a GPU) and `flops_per_token`, so that `sim` does
-not depend on how models are resolved. Every unknown key, wrong type and impossible value is a
+The YAML file is one reader of the records in kvplan/workload/spec.py: `read_spec` checks every
+key's type and bounds where it stands and makes the records; `load_workload` then builds the
+workload (kvplan/workload/build.py: the model resolved, the pool sized) and locates whatever the
+records or the builder refuse at its line. Every unknown key, wrong type and impossible value is a
 WorkloadError naming the key and its line.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import re
 from pathlib import Path
-from typing import Callable
-
-import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
-from kvplan.model.vllm_memory import default_batch
-from kvplan.workload.distributions import (
-    AllAtOnce, Fixed, Lengths, Uniform, parse_arrival, parse_lengths, synthetic_requests,
+from kvplan.workload.build import build_workload, ResolveModel
+from kvplan.workload.distributions import parse_arrival, parse_lengths
+from kvplan.workload.records import Workload
+from kvplan.workload.spec import AllocatorSpec
+from kvplan.workload.routing import ROUTER_KEYS, ROUTER_NAMES, RouterSpec
+from kvplan.workload.spec import (
+    EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLOTS, MIN_EFFICIENCY, POOL_KEYS, PREEMPTIONS,
+    ROLES, TIMING_MODELS, TOO_LONG, FleetSpec, GroupSpec, PoolRequest, SchedulerSpec, SyntheticRequests,
+    TimingSpec, TraceRequests, Transfer, WorkloadSpec,
 )  # fmt: skip
-from kvplan.workload.traces import TRACE_FORMATS, open_trace
-from kvplan.workload.records import (
-    AllocatorSpec, PoolSpec, SchedulerConfig, TimingConfig, Workload,
-)  # fmt: skip
-from kvplan.workload.yaml_nodes import YamlList, YamlMap, as_int, as_map, load_yaml
+from kvplan.workload.traces import TRACE_FORMATS
+from kvplan.workload.yaml_nodes import YamlList, YamlMap, YamlNode, as_int, as_map, load_yaml
 
-EXPERIMENTS = ("capacity", "serve", "prefix", "sharing", "fleet")
-MAX_REQUESTS = 50_000_000
-MIN_EFFICIENCY = 0.01  # no GPU serves at under 1% of its bandwidth or peak; below it times stop being numbers
-MAX_SLOTS = 2**40
-DEFAULT_MAX_MODEL_LEN = 8192
-DEFAULT_BATCH = (8192, 256)  # (max_num_batched_tokens, max_num_seqs) without a GPU
-DEFAULT_SWAP_SPACE = 4 * 2**30
 TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "pool", "requests",
             "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router", "transfer")  # fmt: skip
-
-POOL_KEYS = ("slots", "kv_memory", "gpu_memory_utilization")
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
                   "swap_space", "swap_slots", "null_block", "prefix_caching",
                   "hybrid_kv_cache_manager")
 REQUEST_KEYS = ("count", "prompt", "output", "arrival")
 TRACE_KEYS = ("format", "path", "limit", "time_scale", "repeat", "too_long", "history")
 TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms", "profile")
-
-ResolveModel = Callable[[str, str, int, "str | None"], dict]
+GROUP_KEYS = ("name", "count", "role", *GROUP_OVERRIDES)
+TRANSFER_KEYS = ("gb_per_s", "latency_s")
+SECTIONS = ("prefix", "sampling")  # read by their experiments from the located nodes
 
 
 def load_workload(path: str | Path, *, resolve_model: ResolveModel | None = None, seed: int | None = None) -> Workload:
     """Read and validate a workload file; requests are generated lazily by `make_requests()`.
     `seed`: instead of the file's `seed:` (a fresh sample of the same traffic)."""
+    spec = read_spec(path, seed=seed)
+    try:
+        return build_workload(spec, resolve_model)
+    except KvplanError as exc:
+        raise locate(exc, spec) from None
+
+
+def locate(exc: KvplanError, spec: WorkloadSpec) -> KvplanError:
+    """`exc`, about a field of `spec`, located in the file `spec` was read from (an error about
+    another file, such as a trace's, is left as it is)."""
+    if exc.file is None and spec.path:
+        exc.file = spec.path
+        if exc.line is None and exc.field and spec.locate is not None:
+            exc.line = spec.locate(exc.field)
+    return exc
+
+
+def read_spec(path: str | Path, *, seed: int | None = None) -> WorkloadSpec:
+    """The records a workload file declares, every value checked where it stands."""
     path = Path(path)
     doc = load_yaml(path)
     doc.expect_keys(*TOP_KEYS)
-    name = doc.get_str("name", path.stem)
-    seed = doc.get_int("seed", 0, ge=0) if seed is None else seed
+    base = path.parent
     experiment = doc.get_choice("experiment", EXPERIMENTS, "serve")
     for key in ("replicas", "router", "transfer"):
         if key in doc and experiment != "fleet":
             raise doc.node(key).error(f"applies to experiment: fleet, and this is experiment: {experiment}")
-    model = _model(doc, resolve_model)
-    layout = model.get("layout")
-    bytes_per_slot = layout.bytes_per_token if layout is not None else None
-    pool = _pool(doc.get_map("pool"), model, bytes_per_slot)
-    scheduler = _scheduler(doc.get_map("scheduler", None), doc, layout, bytes_per_slot, model.get("gpu"))
-    mml = scheduler.max_model_len
-    num_requests, make = _requests(doc.get_map("requests"), path, seed, mml)
-    allocators = _allocators(doc, mml)
-    contiguous = [a.max_len for a in allocators if a.max_len is not None]
-    return Workload(
-        name=name, path=str(path), seed=seed, experiment=experiment, num_requests=num_requests,
-        pool=pool, allocators=allocators, scheduler=scheduler,
-        timing=_timing(doc.get_map("timing", None), model, doc.get_str("gpu", None), path.parent),
-        make_requests=make, layout=layout,
-        contiguous_max_len=contiguous[0] if contiguous else mml, extras=_extras(doc),
+    values = dict(
+        name=doc.get_str("name", path.stem),
+        seed=doc.get_int("seed", 0, ge=0) if seed is None else seed,
+        experiment=experiment,
+        kv_dtype=doc.get_choice("kv_dtype", KV_DTYPE_CHOICES, "auto"),
+        tp=doc.get_int("tp", 1, ge=1, le=4096),
+        gpu=doc.get_str("gpu", None),
+        model=doc.get_str("model", None),
+        pool=_pool(doc.get_map("pool")),
+        scheduler=_scheduler(doc.get_map("scheduler", None)),
+        requests=_requests(doc.get_map("requests"), base),
+        timing=_timing(doc.get_map("timing", None), base),
+        sections={key: doc.get_map(key) for key in SECTIONS if key in doc},
+        fleet=_fleet(doc, base) if "replicas" in doc else None,
+        path=str(path), locate=lambda field: _line(doc, field),
     )
+    if "allocators" in doc:
+        values["allocators"] = _allocators(doc.get_list("allocators"))
+    return _make(doc, WorkloadSpec, values)
 
 
-def _model(doc: YamlMap, resolve_model: ResolveModel | None) -> dict:
-    kv_dtype = doc.get_choice("kv_dtype", KV_DTYPE_CHOICES, "auto")
-    tp = doc.get_int("tp", 1, ge=1, le=4096)
-    gpu = doc.get_str("gpu", None)
-    if "model" not in doc:
-        if gpu is not None:
-            raise doc.node("gpu").error("a gpu needs a model (weights and FLOPs come from it)")
-        return {}
-    node = doc.node("model")
-    model = doc.get_str("model")
-    if resolve_model is None:
-        raise node.error("this reader was given no model resolver (resolve_model=...); give "
-                         "pool.slots without a model, or load the file through the kvplan CLI")
+def _make(node: YamlMap, cls, values: dict):
+    """`cls(**values)`, a record whose refusal (a field relative to it) is located under `node`."""
     try:
-        resolved = dict(resolve_model(model, kv_dtype, tp, gpu))
-    except KvplanError as e:  # point at the key it is about: gpu, kv_dtype, tp, else model
-        key = (e.field or "model").replace("-", "_")
-        where = doc.node(key) if key in ("gpu", "kv_dtype", "tp") and key in doc else node
-        if e.file is None:
-            e.field, e.line = None, None
-        raise e.located(file=where.file, field=where.path, line=where.line)
-    if resolved.get("layout") is None:
-        raise node.error("the model resolver returned no layout")
-    return resolved
+        return cls(**values)
+    except KvplanError as exc:
+        if exc.file is not None:
+            raise
+        field = exc.field or ""
+        raise WorkloadError(exc.message, file=node.file, field=node.child_path(field) if field else node.path or None,
+                            line=_line(node, field) if field else node.line) from None
 
 
-def _pool(node: YamlMap, model: dict, bytes_per_slot: int | None) -> PoolSpec:
+_PART = re.compile(r"\[(\d+)\]|[^.\[\]]+")
+
+
+def _line(node: YamlNode, field: str) -> int | None:
+    """The line of `field` (dotted, with [i] for list items) under `node`, or of the deepest part of
+    it that the file has; None when the file has none of it."""
+    line = None
+    for m in _PART.finditer(field):
+        index = m.group(1)
+        if index is not None and isinstance(node, YamlList) and int(index) < len(node.items):
+            node = node.items[int(index)]
+        elif index is None and isinstance(node, YamlMap) and m.group(0) in node.entries:
+            node = node.entries[m.group(0)]
+        else:
+            break
+        line = node.line
+    return line
+
+
+def _pool(node: YamlMap) -> PoolRequest:
     node.expect_keys(*POOL_KEYS)
-    key = node.exactly_one("slots", "kv_memory", "gpu_memory_utilization")
-    where = node.node(key)
+    key = node.exactly_one(*POOL_KEYS)
     if key == "slots":
-        slots = node.get_int("slots", ge=1, le=MAX_SLOTS)
-        kv = slots * bytes_per_slot if bytes_per_slot else None
-        return PoolSpec(slots, bytes_per_slot, kv)
-    if not bytes_per_slot:
-        raise where.error(f"{key} needs a model with per-token KV (to turn bytes into slots)")
-    if key == "kv_memory":
-        kv = node.get_size("kv_memory", gt=0)
+        value = node.get_int("slots", ge=1, le=MAX_SLOTS)
+    elif key == "kv_memory":
+        value = node.get_size("kv_memory", gt=0)
     else:
-        util = node.get_float(key, gt=0, le=1)
-        gpu = model.get("gpu")
-        if gpu is None:
-            raise where.error("gpu_memory_utilization needs a gpu")
-        weights = int(model.get("weight_bytes") or 0)
-        kv = int(util * gpu.memory_bytes) - weights
-        if kv <= 0:
-            raise where.error(f"the weights ({weights / 2**30:.1f} GiB) do not fit in {util:g} of "
-                              f"the GPU's {gpu.memory_bytes / 2**30:.1f} GiB")  # fmt: skip
-    slots = kv // bytes_per_slot
-    if not 1 <= slots <= MAX_SLOTS:
-        raise where.error(f"gives {slots} token slots; expected 1 to 2^40 ({MAX_SLOTS})")
-    return PoolSpec(slots, bytes_per_slot, kv)
+        value = node.get_float(key, gt=0, le=1)
+    return _make(node, PoolRequest, {key: value})
 
 
-def _scheduler(node: YamlMap | None, doc: YamlMap, layout, bytes_per_slot, gpu=None) -> SchedulerConfig:
-    """vLLM V1's scheduler, with its defaults: chunked prefill on, the batch limits `vllm serve`
-    sets for the GPU (kvplan/model/vllm_memory.default_batch; 8,192 tokens and 256 sequences
-    without one), and the null block kept out of the pool."""
+def _scheduler(node: YamlMap | None) -> SchedulerSpec:
     if node is None:
-        node = YamlMap({}, {}, "scheduler", doc.line, doc.file, doc.error_cls)
+        return SchedulerSpec()
     node.expect_keys(*SCHEDULER_KEYS)
-    limit = layout.max_context if layout is not None else None
-    mml = node.get_int("max_model_len", limit or DEFAULT_MAX_MODEL_LEN, ge=1, le=2**31)
-    if limit is not None and mml > limit:
-        raise node.node("max_model_len").error(f"{mml} is above the model's context of {limit}")
-    chunked = node.get_bool("chunked_prefill", True)
-    default_tokens, default_seqs = DEFAULT_BATCH
-    if gpu is not None:
-        default_tokens, default_seqs = default_batch(getattr(gpu, "name", ""), getattr(gpu, "cuda_memory_bytes", 0) or getattr(gpu, "memory_bytes", 0))
-    seqs = node.get_int("max_num_seqs", default_seqs, ge=1, le=2**20)
-    batched = node.get_int("max_num_batched_tokens", default_tokens if chunked else max(default_tokens, mml),
-                           ge=1, le=2**31)  # fmt: skip
-    if not chunked and batched < mml:
-        raise node.node("max_num_batched_tokens").error(
-            f"{batched} is below max_model_len {mml}: without chunked_prefill a long prompt "
-            "could never be scheduled (vLLM refuses this too)")
-    if batched < seqs:
-        raise node.node("max_num_batched_tokens").error(f"{batched} is below max_num_seqs {seqs}")
-    preemption = node.get_choice("preemption", ("recompute", "swap"), "recompute")
-    return SchedulerConfig(seqs, batched, mml, chunked, preemption,
-                           _swap_slots(node, preemption, bytes_per_slot),
-                           node.get_bool("null_block", True),
-                           node.get_bool("prefix_caching", True),
-                           node.get_bool("hybrid_kv_cache_manager", True))  # fmt: skip
-
-
-def _swap_slots(node: YamlMap, preemption: str, bytes_per_slot: int | None) -> int:
     if "swap_space" in node and "swap_slots" in node:
         node.exactly_one("swap_space", "swap_slots")
+    values = {key: node.get_int(key, ge=1, le=high) for key, high in
+              (("max_num_seqs", 2**20), ("max_num_batched_tokens", 2**31), ("max_model_len", 2**31)) if key in node}
+    if "preemption" in node:
+        values["preemption"] = node.get_choice("preemption", PREEMPTIONS)
+    if "swap_space" in node:
+        values["swap_space"] = node.get_size("swap_space", ge=0)
     if "swap_slots" in node:
-        return node.get_int("swap_slots", ge=0, le=MAX_SLOTS)
-    if "swap_space" not in node and preemption != "swap":
-        return 0
-    if not bytes_per_slot:
-        where = node.node("swap_space") if "swap_space" in node else node.node("preemption")
-        raise where.error("swap space in bytes needs a model; give swap_slots instead")
-    return node.get_size("swap_space", DEFAULT_SWAP_SPACE, ge=0) // bytes_per_slot
+        values["swap_slots"] = node.get_int("swap_slots", ge=0, le=MAX_SLOTS)
+    for key in ("chunked_prefill", "null_block", "prefix_caching", "hybrid_kv_cache_manager"):
+        if key in node:
+            values[key] = node.get_bool(key)
+    return _make(node, SchedulerSpec, values)
 
 
-def _check_count(where, count: int) -> int:
-    if count > MAX_REQUESTS:
-        raise where.error(f"{count:,} requests is above the limit of {MAX_REQUESTS:,}")
-    return count
-
-
-def _requests(node: YamlMap, path: Path, seed: int, mml: int):
+def _requests(node: YamlMap, base: Path) -> SyntheticRequests | TraceRequests:
     if "trace" in node:
         node.expect_keys("trace", "arrival")
-        return _trace(node, path, seed, mml)
+        return _trace(node, base)
     node.expect_keys(*REQUEST_KEYS)
-    count = _check_count(node.node("count"), node.get_int("count", ge=1))
-    base = path.parent
-    prompt = parse_lengths(node.get_map("prompt"), base, default_min=1)
-    output = parse_lengths(node.get_map("output"), base, default_min=0)
-    if prompt.min + output.min > mml:
-        raise node.node("prompt").error(
-            f"min prompt {prompt.min} + min output {output.min} exceeds max_model_len {mml}")
-    _check_fits(node.node("prompt"), prompt, mml - output.min, "max_model_len - output min")
-    _check_fits(node.node("output"), output, mml - prompt.min, "max_model_len - prompt min")
-    arrival = parse_arrival(node.get_map("arrival")) if "arrival" in node else AllAtOnce()
-
-    def make():
-        return synthetic_requests(count, seed, prompt, output, arrival, max_model_len=mml)
-
-    return count, make
+    count = node.get_int("count", ge=1)
+    if count > MAX_REQUESTS:
+        raise node.node("count").error(f"{count:,} requests is above the limit of {MAX_REQUESTS:,}")
+    values = dict(count=count, prompt=parse_lengths(node.get_map("prompt"), base, default_min=1),
+                  output=parse_lengths(node.get_map("output"), base, default_min=0))
+    if "arrival" in node:
+        values["arrival"] = parse_arrival(node.get_map("arrival"))
+    return _make(node, SyntheticRequests, values)
 
 
-def _check_fits(where, lengths: Lengths, top: int, what: str) -> None:
-    """Bounded distributions must fit; unbounded ones are clipped (documented)."""
-    d = lengths.dist
-    high = d.value if isinstance(d, Fixed) else d.high if isinstance(d, Uniform) else None
-    if high is not None and high > top:
-        raise where.error(f"lengths up to {high} exceed {what} ({top}); lower them or raise "
-                          "scheduler.max_model_len")  # fmt: skip
-
-
-def _trace(node: YamlMap, path: Path, seed: int, mml: int):
+def _trace(node: YamlMap, base: Path) -> TraceRequests:
     t = node.get_map("trace")
     fmt = t.get_choice("format", TRACE_FORMATS)
-    t.expect_keys("format", "path", "limit", "time_scale", "repeat", "too_long",
-                  *(("history",) if fmt == "sharegpt" else ()))  # fmt: skip
-    arrival = parse_arrival(node.get_map("arrival")) if "arrival" in node else None
-    if arrival is not None and fmt not in ("sharegpt", "agentic", "vllm-bench"):
+    t.expect_keys(*(k for k in TRACE_KEYS if k != "history" or fmt == "sharegpt"))
+    values = dict(format=fmt, arrival=parse_arrival(node.get_map("arrival")) if "arrival" in node else None)
+    if values["arrival"] is not None and fmt not in ("sharegpt", "agentic", "vllm-bench"):
         raise node.node("arrival").error(f"a {fmt} trace has its own timestamps; remove arrival")
-    limit = t.get_int("limit", None, ge=1)
+    values["limit"] = t.get_int("limit", None, ge=1)
     if fmt in ("sharegpt", "vllm-bench") and "time_scale" in t:
         raise t.node("time_scale").error(f"a {fmt} trace has no timestamps to scale")
-    repeat = t.get_int("repeat", 1, ge=1, le=MAX_REQUESTS)
-    starts = None
-    if arrival is not None and fmt == "agentic":  # one arrival per conversation (file)
-        starts = lambda k: arrival.times(np.random.default_rng(seed), k, 0.0)[0]  # noqa: E731
-    trace_path = t.get_input_path("path", path.parent, folder_ok=fmt == "agentic")
-    trace = open_trace(
-        fmt, trace_path, limit=limit,
-        time_scale=t.get_float("time_scale", 1.0, gt=0), repeat=repeat, max_model_len=mml,
-        too_long=t.get_choice("too_long", ("error", "clip"), "error"),
-        history=t.get_bool("history", False), session_starts=starts,
-    )  # fmt: skip
-    count = _check_count(t, trace.num_requests)
-    if trace.timed:
-        return count, trace.chunks
-    process = arrival or AllAtOnce()
-
-    def chunks():
-        rng, start = np.random.default_rng(seed), 0.0
-        for chunk in trace.chunks():
-            times, start = process.times(rng, len(chunk), start)
-            yield replace(chunk, arrival=times)
-
-    return count, chunks
+    values["repeat"] = t.get_int("repeat", 1, ge=1, le=MAX_REQUESTS)
+    values["path"] = t.get_input_path("path", base, folder_ok=fmt == "agentic")
+    values["time_scale"] = t.get_float("time_scale", None, gt=0)
+    values["too_long"] = t.get_choice("too_long", TOO_LONG, "error")
+    values["history"] = t.get_bool("history", False)
+    return _make(node, TraceRequests, values)
 
 
-def _allocators(doc: YamlMap, mml: int) -> tuple[AllocatorSpec, ...]:
-    if "allocators" not in doc:
-        return (AllocatorSpec("paged", block_size=16),)
-    items = doc.get_list("allocators")
+def _allocators(items: YamlList) -> tuple[AllocatorSpec, ...]:
     if not len(items):
         raise items.error("expected at least one allocator")
     specs: list[AllocatorSpec] = []
@@ -296,7 +235,8 @@ def _allocators(doc: YamlMap, mml: int) -> tuple[AllocatorSpec, ...]:
         if kind == "contiguous":
             m.expect_keys("kind", "policy", "max_len")
             policy = m.get_choice("policy", ("max", "pow2", "oracle"), "max")
-            specs.append(AllocatorSpec(kind, policy, max_len=m.get_int("max_len", mml, ge=1, le=MAX_SLOTS)))
+            specs.append(_make(m, AllocatorSpec, dict(kind=kind, policy=policy,
+                                                      max_len=m.get_int("max_len", None, ge=1, le=MAX_SLOTS))))
             continue
         m.expect_keys("kind", "block_size", "hybrid")
         sizes = m.node("block_size")
@@ -308,67 +248,76 @@ def _allocators(doc: YamlMap, mml: int) -> tuple[AllocatorSpec, ...]:
     return tuple(specs)
 
 
-def _timing(node: YamlMap | None, model: dict, gpu_name: str | None, base_dir: Path) -> TimingConfig:
+def _timing(node: YamlMap | None, base: Path) -> TimingSpec:
     """The step-time model: "physical" (kvplan/model/step_time.py, its fitted constants, or a timing
     profile's from `kvplan calibrate`, unless the file overrides them) or "roofline" (overhead +
     max(memory, compute), efficiencies 0.8 and 0.5 unless given)."""
-    values: dict = {}
-    step = model.get("step_model")
-    if node is not None:
-        node.expect_keys(*TIMING_KEYS)
-        kind = node.get_choice("model", ("physical", "roofline"), "physical")
-        if "profile" in node:
-            from kvplan.model.timing_profile import load_profile_settings
-
-            if kind != "physical" or step is None:
-                raise node.node("profile").error("a timing profile applies to model: physical, with a model "
-                                                 "and a gpu")
-            profile = node.get_input_path("profile", base_dir)
-            try:
-                constants, overlap = load_profile_settings(profile)
-            except KvplanError as exc:
-                raise node.node("profile").error(f"{profile}: {exc.field}: {exc.message}") from None
-            step = replace(step.with_constants(constants), async_scheduling=overlap)
-        given = {key: node.get_float(key, None, ge=MIN_EFFICIENCY, le=1) if key != "step_overhead_ms"
-                 else node.get_float(key, None, ge=0, le=1e6)
-                 for key in ("bandwidth_efficiency", "flops_efficiency", "step_overhead_ms") if key in node}
-        values = {"model": kind,
-                  "bandwidth_efficiency": given.get("bandwidth_efficiency", 0.8),
-                  "flops_efficiency": given.get("flops_efficiency", 0.5),
-                  "step_overhead_s": given.get("step_overhead_ms", 0.0) / 1000}
-        if step is not None and kind == "physical" and given:
-            c = step.constants
-            step = step.with_constants(replace(
-                c, bandwidth_efficiency=given.get("bandwidth_efficiency", c.bandwidth_efficiency),
-                gemm_efficiency=given.get("flops_efficiency", c.gemm_efficiency),
-                step_overhead_s=given["step_overhead_ms"] / 1000 if "step_overhead_ms" in given
-                else c.step_overhead_s))
-    values["step"] = step
-    layout, gpu = model.get("layout"), model.get("gpu")
-    if layout is not None:
-        values.update(weight_bytes=int(model.get("weight_bytes") or 0),
-                      flops_per_token=float(model.get("flops_per_token") or 0.0),
-                      kv_bytes_per_token=layout.bytes_per_token)  # fmt: skip
-    if gpu is not None:
-        values.update(gpu_name=getattr(gpu, "name", gpu_name), hbm_bytes_per_s=gpu.hbm_bytes_per_s,
-                      peak_flops=gpu.peak_bf16_flops)  # fmt: skip
-    return TimingConfig(**values)
+    if node is None:
+        return TimingSpec()
+    node.expect_keys(*TIMING_KEYS)
+    values: dict = {"model": node.get_choice("model", TIMING_MODELS, "physical")}
+    if "profile" in node:
+        if values["model"] != "physical":
+            raise node.node("profile").error("a timing profile applies to model: physical, with a model and a gpu")
+        values["profile"] = node.get_input_path("profile", base)
+    for key in ("bandwidth_efficiency", "flops_efficiency"):
+        if key in node:
+            values[key] = node.get_float(key, ge=MIN_EFFICIENCY, le=1)
+    if "step_overhead_ms" in node:
+        values["step_overhead_ms"] = node.get_float("step_overhead_ms", ge=0, le=1e6)
+    return _make(node, TimingSpec, values)
 
 
-def _extras(doc: YamlMap) -> dict:
-    """Reserved sections, stored raw; their nodes (with lines) for the feature that reads them."""
-    extras: dict = {}
-    for key in ("prefix", "sampling"):
-        if key in doc:
-            section = doc.get_map(key)
-            extras[key] = section.to_python()
-            extras.setdefault("yaml_nodes", {})[key] = section
-    if "replicas" in doc:  # experiment: fleet (kvplan/fleet/run.py reads them)
-        extras.setdefault("yaml_nodes", {})["replicas"] = doc.get_list("replicas")
-    for key in ("router", "transfer"):
-        if key in doc:
-            extras.setdefault("yaml_nodes", {})[key] = doc.node(key)
-    return extras
+def _fleet(doc: YamlMap, base: Path) -> FleetSpec:
+    """`replicas:` (groups whose keys mean what they mean at the top level), `router:`, `transfer:`."""
+    items = doc.get_list("replicas")
+    groups = []
+    for i, item in enumerate(items):
+        node = as_map(item)
+        node.expect_keys(*GROUP_KEYS)
+        values = dict(name=node.get_str("name", f"group{i}"), count=node.get_int("count", 1, ge=1, le=MAX_REPLICAS),
+                      role=node.get_choice("role", ROLES, "both"))
+        for key in ("model", "gpu"):
+            if key in node:
+                values[key] = node.get_str(key)
+        if "tp" in node:
+            values["tp"] = node.get_int("tp", ge=1, le=4096)
+        if "kv_dtype" in node:
+            values["kv_dtype"] = node.get_choice("kv_dtype", KV_DTYPE_CHOICES)
+        if "pool" in node:
+            values["pool"] = _pool(node.get_map("pool"))
+        if "scheduler" in node:
+            values["scheduler"] = _scheduler(node.get_map("scheduler"))
+        if "allocators" in node:
+            values["allocators"] = _allocators(node.get_list("allocators"))
+        if "timing" in node:
+            values["timing"] = _timing(node.get_map("timing"), base)
+        groups.append(_make(node, GroupSpec, values))
+    values = {"groups": tuple(groups), "router": _router(doc.node("router")) if "router" in doc else RouterSpec()}
+    if "transfer" in doc:
+        node = doc.get_map("transfer")
+        node.expect_keys(*TRANSFER_KEYS)
+        values["transfer"] = _make(node, Transfer, dict(gb_per_s=node.get_float("gb_per_s", ge=0, le=1e6),
+                                                        latency_s=node.get_float("latency_s", 0.0, ge=0, le=60)))
+    return _make(doc, FleetSpec, values)
 
 
-__all__ = ["load_workload", "MAX_REQUESTS", "MAX_SLOTS", "WorkloadError"]
+def _router(node: YamlNode) -> RouterSpec:
+    """`router: NAME`, or `{policy, sync_interval_s, overlap_weight}` (kvplan/workload/routing.py)."""
+    from kvplan.workload.yaml_nodes import YamlScalar
+
+    if isinstance(node, YamlScalar):
+        if node.value not in ROUTER_NAMES:
+            raise node.error(f"expected one of {', '.join(ROUTER_NAMES)}, got {node.value!r}")
+        return RouterSpec(node.value)
+    if not isinstance(node, YamlMap):
+        raise node.error(f"expected a router name or a mapping, got {node.describe()}")
+    node.expect_keys(*ROUTER_KEYS)
+    return _make(node, RouterSpec, dict(policy=node.get_choice("policy", ROUTER_NAMES, "round_robin"),
+                                        sync_interval_s=node.get_float("sync_interval_s", 0.1, gt=0, le=3600),
+                                        overlap_weight=node.get_float("overlap_weight", 1.0, ge=0, le=1000)))
+
+
+
+
+__all__ = ["load_workload", "locate", "read_spec", "MAX_REQUESTS", "MAX_SLOTS", "WorkloadError"]

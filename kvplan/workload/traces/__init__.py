@@ -59,7 +59,7 @@ from kvplan.workload.traces.bench_results import read_bench_result
 from kvplan.workload.traces.csv_formats import csv_blocks
 from kvplan.workload.traces.json_formats import _read_agentic, _read_sharegpt
 from kvplan.workload.traces.mooncake import _mooncake_chunks, _mooncake_scan
-from kvplan.workload.records import CHUNK_SIZE, RequestChunk
+from kvplan.workload.chunks import CHUNK_SIZE, RequestChunk
 
 TRACE_FORMATS = ("azure", "mooncake", "vidur", "sharegpt", "agentic", "vllm-bench", "vllm-bench-timed")
 UNTIMED_FORMATS = ("sharegpt", "vllm-bench")  # no timestamps: arrivals come from the workload

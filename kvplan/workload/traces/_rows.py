@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from kvplan.workload.records import MAX_TOKENS
+from kvplan.workload.chunks import MAX_TOKENS
 
 MOONCAKE_BLOCK = 512
 MAX_JSON_BYTES = 1 << 30  # a whole-document JSON trace (sharegpt .json, one agentic file)

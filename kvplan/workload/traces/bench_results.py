@@ -25,7 +25,7 @@ import numpy as np
 
 from kvplan.errors import TraceError
 from kvplan.fileio import load_json, read_limited
-from kvplan.workload.records import MAX_TOKENS
+from kvplan.workload.chunks import MAX_TOKENS
 from kvplan.workload.traces._rows import MAX_JSON_BYTES, _int_or_none, _Rows
 
 _DETAILED = "save the result with vLLM's --save-result --save-detailed (SGLang: --output-details)"

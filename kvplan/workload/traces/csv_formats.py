@@ -22,7 +22,7 @@ import numpy as np
 
 from kvplan.errors import TraceError
 from kvplan.fileio import MAX_LINE_BYTES, text_lines
-from kvplan.workload.records import CHUNK_SIZE, MAX_TOKENS
+from kvplan.workload.chunks import CHUNK_SIZE, MAX_TOKENS
 from kvplan.workload.traces._rows import _int_or_none, _Rows
 
 # One field may be as long as one line may be (kvplan/fileio.py bounds the line).

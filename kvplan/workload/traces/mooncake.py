@@ -11,7 +11,7 @@ import numpy as np
 from kvplan.errors import TraceError
 from kvplan.fileio import load_json, text_lines
 from kvplan.workload.traces._rows import MOONCAKE_BLOCK, _field_int
-from kvplan.workload.records import RequestChunk
+from kvplan.workload.chunks import RequestChunk
 
 
 def _mooncake_records(path: Path) -> Iterator[tuple[int, float, int, int, list]]:

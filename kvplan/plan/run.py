@@ -1,0 +1,60 @@
+"""`kvplan plan` as a library call: a `PlanRequest` in, the plan document out.
+
+The document is what `kvplan plan --json` prints (and what the text, CSV, chart and HTML views
+render): the traffic, targets and rules, the answer, every row ranked, the cost/latency frontier,
+what the search settled at each step, and the prices searched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from kvplan.plan.prices import PriceBook
+from kvplan.plan.rows import Rules, Targets, pareto
+from kvplan.plan.space import Config, Traffic
+from kvplan.workload.spec import Transfer
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRequest:
+    """What to plan: the model and traffic, the targets, the configurations to try, the prices to
+    rent from, the rules; optionally a fleet check of the best rows behind `routers` (and
+    disaggregated over `transfer`)."""
+
+    model: str
+    traffic: Traffic
+    targets: Targets
+    configs: tuple[Config, ...]
+    book: PriceBook
+    rules: Rules = Rules()
+    routers: tuple[str, ...] = ()  # empty: no fleet check
+    check_top: int = 3  # the best rows checked on the fleet
+    transfer: Transfer | None = None
+    workers: int = 1
+    ray: bool = False
+
+
+def plan_document(request: PlanRequest, progress: Callable[[int, int], None] | None = None) -> dict:
+    """Search the configurations, check the best on a fleet when asked, and return the document."""
+    from kvplan.plan.search import SearchStats, search
+
+    r = request
+    stats = SearchStats()
+    results = search(r.model, r.traffic, r.targets, list(r.configs), r.book, r.rules, workers=r.workers,
+                     ray=r.ray, progress=progress, stats=stats)
+    objective = r.rules.objective(r.traffic)
+    if r.routers:
+        from kvplan.plan.fleet_check import checked
+
+        results = checked(r.model, r.traffic, r.targets, results, list(r.routers), r.check_top, r.transfer,
+                          book=r.book, objective=objective, workers=r.workers, ray=r.ray)
+    front = pareto(results)
+    gpus = list(dict.fromkeys(c.gpu for c in r.configs))
+    return {"model": r.model, "traffic": asdict(r.traffic),
+            "targets": {**asdict(r.targets), "unconstrained": r.targets.unconstrained},
+            "rules": {**asdict(r.rules), "objective": objective, "price_tiers": list(r.book.tiers),
+                      "router": ",".join(r.routers) if r.routers else None},
+            "answer": results[0].to_dict() if results and results[0].feasible else None,
+            "results": [e.to_dict() for e in results], "frontier": [e.config.label for e in front],
+            "search": asdict(stats), "prices": r.book.rows(gpus)}

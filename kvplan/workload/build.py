@@ -1,0 +1,242 @@
+"""Turn a `WorkloadSpec` into the `Workload` the experiments run: the model resolved, the pool
+sized, vLLM's defaults filled in for the GPU, requests made lazily.
+
+Model-dependent values come from a `resolve_model(model, kv_dtype, tp, gpu_name)` callback that
+returns a `ModelFacts` (kvplan/model/facts.py: `layout`, `weight_bytes`, `gpu`, an object with
+memory_bytes, hbm_bytes_per_s, peak_bf16_flops, or None, `flops_per_token` and the physical
+`step_model`), so that workload/ does not depend on how models are resolved. An error names the field of the spec it is about (`scheduler.max_model_len`); the
+reader the spec came from locates it (a line of the file, a flag).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+import numpy as np
+
+from kvplan.errors import KvplanError, WorkloadError
+from kvplan.model.facts import ModelFacts
+from kvplan.model.vllm_memory import default_batch
+from kvplan.workload.distributions import AllAtOnce, Fixed, Lengths, Uniform, synthetic_requests
+from kvplan.workload.records import PoolSpec, SchedulerConfig, TimingConfig, Workload
+from kvplan.workload.spec import MAX_REQUESTS, MAX_SLOTS, TraceRequests, WorkloadSpec
+from kvplan.workload.traces import open_trace
+
+DEFAULT_MAX_MODEL_LEN = 8192
+DEFAULT_BATCH = (8192, 256)  # (max_num_batched_tokens, max_num_seqs) without a GPU
+DEFAULT_SWAP_SPACE = 4 * 2**30
+
+ResolveModel = Callable[[str, str, int, "str | None"], ModelFacts]
+
+
+def _fail(where: str, message: str) -> WorkloadError:
+    return WorkloadError(message, field=where)
+
+
+def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None) -> Workload:
+    """The workload `spec` declares, its model resolved by `resolve_model` (needed with a model)."""
+    model = _model(spec, resolve_model)
+    layout = model.layout if model is not None else None
+    bytes_per_slot = layout.bytes_per_token if layout is not None else None
+    pool = _pool(spec, model, bytes_per_slot)
+    scheduler = _scheduler(spec, layout, bytes_per_slot, model.gpu if model is not None else None)
+    mml = scheduler.max_model_len
+    num_requests, make = _requests(spec, mml)
+    allocators = tuple(replace(a, max_len=mml) if a.kind == "contiguous" and a.max_len is None else a
+                       for a in spec.allocators)
+    contiguous = [a.max_len for a in allocators if a.max_len is not None]
+    return Workload(
+        name=spec.name, path=spec.path, seed=spec.seed, experiment=spec.experiment,
+        num_requests=num_requests, pool=pool, allocators=allocators, scheduler=scheduler,
+        timing=_timing(spec, model), make_requests=make, layout=layout,
+        contiguous_max_len=contiguous[0] if contiguous else mml, extras=_extras(spec), spec=spec,
+        fleet=spec.fleet,
+    )  # fmt: skip
+
+
+def _model(spec: WorkloadSpec, resolve_model: ResolveModel | None) -> ModelFacts | None:
+    if spec.model is None:
+        return None
+    if resolve_model is None:
+        raise _fail("model", "this reader was given no model resolver (resolve_model=...); give "
+                             "pool.slots without a model, or load the file through the kvplan CLI")
+    try:
+        resolved = resolve_model(spec.model, spec.kv_dtype, spec.tp, spec.gpu)
+    except KvplanError as e:  # point at the key it is about: gpu, kv_dtype, tp, else model
+        if e.file is None:
+            key = (e.field or "model").replace("-", "_")
+            e.field = key if key in ("gpu", "kv_dtype", "tp") and getattr(spec, key, None) is not None else "model"
+            e.line = None
+        raise
+    if getattr(resolved, "layout", None) is None:
+        raise _fail("model", "the model resolver returned no layout")
+    return resolved
+
+
+def _pool(spec: WorkloadSpec, model: ModelFacts | None, bytes_per_slot: int | None) -> PoolSpec:
+    asked = spec.pool
+    key = asked.key
+    where = f"pool.{key}"
+    if key == "slots":
+        kv = asked.slots * bytes_per_slot if bytes_per_slot else None
+        return PoolSpec(asked.slots, bytes_per_slot, kv)
+    if not bytes_per_slot:
+        raise _fail(where, f"{key} needs a model with per-token KV (to turn bytes into slots)")
+    if key == "kv_memory":
+        kv = asked.kv_memory
+    else:
+        util = asked.gpu_memory_utilization
+        gpu = model.gpu if model is not None else None
+        if gpu is None:
+            raise _fail(where, "gpu_memory_utilization needs a gpu")
+        weights = int(model.weight_bytes or 0)
+        kv = int(util * gpu.memory_bytes) - weights
+        if kv <= 0:
+            raise _fail(where, f"the weights ({weights / 2**30:.1f} GiB) do not fit in {util:g} of "
+                               f"the GPU's {gpu.memory_bytes / 2**30:.1f} GiB")  # fmt: skip
+    slots = kv // bytes_per_slot
+    if not 1 <= slots <= MAX_SLOTS:
+        raise _fail(where, f"gives {slots} token slots; expected 1 to 2^40 ({MAX_SLOTS})")
+    return PoolSpec(slots, bytes_per_slot, kv)
+
+
+def _scheduler(spec: WorkloadSpec, layout, bytes_per_slot, gpu=None) -> SchedulerConfig:
+    """vLLM V1's scheduler, with its defaults: chunked prefill on, the batch limits `vllm serve`
+    sets for the GPU (kvplan/model/vllm_memory.default_batch; 8,192 tokens and 256 sequences
+    without one), and the null block kept out of the pool."""
+    s = spec.scheduler
+    limit = layout.max_context if layout is not None else None
+    mml = s.max_model_len if s.max_model_len is not None else (limit or DEFAULT_MAX_MODEL_LEN)
+    if limit is not None and mml > limit:
+        raise _fail("scheduler.max_model_len", f"{mml} is above the model's context of {limit}")
+    default_tokens, default_seqs = DEFAULT_BATCH
+    if gpu is not None:
+        default_tokens, default_seqs = default_batch(getattr(gpu, "name", ""), getattr(gpu, "cuda_memory_bytes", 0)
+                                                     or getattr(gpu, "memory_bytes", 0))
+    seqs = default_seqs if s.max_num_seqs is None else s.max_num_seqs
+    batched = s.max_num_batched_tokens
+    if batched is None:
+        batched = default_tokens if s.chunked_prefill else max(default_tokens, mml)
+    if not s.chunked_prefill and batched < mml:
+        raise _fail("scheduler.max_num_batched_tokens",
+                    f"{batched} is below max_model_len {mml}: without chunked_prefill a long prompt "
+                    "could never be scheduled (vLLM refuses this too)")
+    if batched < seqs:
+        raise _fail("scheduler.max_num_batched_tokens", f"{batched} is below max_num_seqs {seqs}")
+    return SchedulerConfig(seqs, batched, mml, s.chunked_prefill, s.preemption,
+                           _swap_slots(spec, bytes_per_slot), s.null_block, s.prefix_caching,
+                           s.hybrid_kv_cache_manager)  # fmt: skip
+
+
+def _swap_slots(spec: WorkloadSpec, bytes_per_slot: int | None) -> int:
+    s = spec.scheduler
+    if s.swap_slots is not None:
+        return s.swap_slots
+    if s.swap_space is None and s.preemption != "swap":
+        return 0
+    if not bytes_per_slot:
+        where = "scheduler.swap_space" if s.swap_space is not None else "scheduler.preemption"
+        raise _fail(where, "swap space in bytes needs a model; give swap_slots instead")
+    return (DEFAULT_SWAP_SPACE if s.swap_space is None else s.swap_space) // bytes_per_slot
+
+
+def _requests(spec: WorkloadSpec, mml: int):
+    r = spec.requests
+    if isinstance(r, TraceRequests):
+        return _trace(r, spec.seed, mml)
+    prompt, output, seed = r.prompt, r.output, spec.seed
+    if prompt.min + output.min > mml:
+        raise _fail("requests.prompt", f"min prompt {prompt.min} + min output {output.min} exceeds "
+                                       f"max_model_len {mml}")
+    _check_fits("requests.prompt", prompt, mml - output.min, "max_model_len - output min")
+    _check_fits("requests.output", output, mml - prompt.min, "max_model_len - prompt min")
+
+    def make():
+        return synthetic_requests(r.count, seed, prompt, output, r.arrival, max_model_len=mml)
+
+    return r.count, make
+
+
+def _check_fits(where: str, lengths: Lengths, top: int, what: str) -> None:
+    """Bounded distributions must fit; unbounded ones are clipped (documented)."""
+    d = lengths.dist
+    high = d.value if isinstance(d, Fixed) else d.high if isinstance(d, Uniform) else None
+    if high is not None and high > top:
+        raise _fail(where, f"lengths up to {high} exceed {what} ({top}); lower them or raise "
+                           "scheduler.max_model_len")  # fmt: skip
+
+
+def _trace(t: TraceRequests, seed: int, mml: int):
+    arrival = t.arrival
+    starts = None
+    if arrival is not None and t.format == "agentic":  # one arrival per conversation (file)
+        starts = lambda k: arrival.times(np.random.default_rng(seed), k, 0.0)[0]  # noqa: E731
+    trace = open_trace(
+        t.format, t.path, limit=t.limit, time_scale=1.0 if t.time_scale is None else t.time_scale,
+        repeat=t.repeat, max_model_len=mml, too_long=t.too_long, history=t.history, session_starts=starts,
+    )  # fmt: skip
+    if trace.num_requests > MAX_REQUESTS:
+        raise _fail("requests.trace", f"{trace.num_requests:,} requests is above the limit of {MAX_REQUESTS:,}")
+    if trace.timed:
+        return trace.num_requests, trace.chunks
+    process = arrival or AllAtOnce()
+
+    def chunks():
+        rng, start = np.random.default_rng(seed), 0.0
+        for chunk in trace.chunks():
+            times, start = process.times(rng, len(chunk), start)
+            yield replace(chunk, arrival=times)
+
+    return trace.num_requests, chunks
+
+
+def _timing(spec: WorkloadSpec, model: ModelFacts | None) -> TimingConfig:
+    """The step-time model: "physical" (kvplan/model/step_time.py, its fitted constants, or a timing
+    profile's from `kvplan calibrate`, unless the spec overrides them) or "roofline" (overhead +
+    max(memory, compute), efficiencies 0.8 and 0.5 unless given)."""
+    t = spec.timing
+    step = model.step_model if model is not None else None
+    if t.profile is not None:
+        from kvplan.model.timing_profile import load_profile_settings
+
+        if step is None:
+            raise _fail("timing.profile", "a timing profile applies to model: physical, with a model and a gpu")
+        try:
+            constants, overlap = load_profile_settings(t.profile)
+        except KvplanError as exc:
+            raise _fail("timing.profile", f"{t.profile}: {exc.field}: {exc.message}") from None
+        step = replace(step.with_constants(constants), async_scheduling=overlap)
+    given = t.given()
+    values: dict = {"model": t.model, "bandwidth_efficiency": given.get("bandwidth_efficiency", 0.8),
+                    "flops_efficiency": given.get("flops_efficiency", 0.5),
+                    "step_overhead_s": given.get("step_overhead_ms", 0.0) / 1000}
+    if step is not None and t.model == "physical" and given:
+        c = step.constants
+        step = step.with_constants(replace(
+            c, bandwidth_efficiency=given.get("bandwidth_efficiency", c.bandwidth_efficiency),
+            gemm_efficiency=given.get("flops_efficiency", c.gemm_efficiency),
+            step_overhead_s=given["step_overhead_ms"] / 1000 if "step_overhead_ms" in given
+            else c.step_overhead_s))
+    values["step"] = step
+    layout, gpu = (model.layout, model.gpu) if model is not None else (None, None)
+    if layout is not None:
+        values.update(weight_bytes=int(model.weight_bytes or 0),
+                      flops_per_token=float(model.flops_per_token or 0.0),
+                      kv_bytes_per_token=layout.bytes_per_token)  # fmt: skip
+    if gpu is not None:
+        values.update(gpu_name=getattr(gpu, "name", spec.gpu), hbm_bytes_per_s=gpu.hbm_bytes_per_s,
+                      peak_flops=gpu.peak_bf16_flops)  # fmt: skip
+    return TimingConfig(**values)
+
+
+def _extras(spec: WorkloadSpec) -> dict:
+    """The prefix and sampling sections, raw and as their located nodes, for their readers."""
+    extras: dict = {}
+    for key, section in spec.sections.items():
+        extras[key] = section.to_python()
+        extras.setdefault("yaml_nodes", {})[key] = section
+    return extras
+
+
+__all__ = ["build_workload", "DEFAULT_MAX_MODEL_LEN", "ResolveModel"]

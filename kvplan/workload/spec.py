@@ -1,0 +1,340 @@
+"""The records a workload is declared in, before its model is resolved: how a Workload is made.
+
+A `WorkloadSpec` says what a workload file says, in typed, frozen records that check themselves
+when they are made (a bad value raises WorkloadError naming the field, relative to the record:
+`SchedulerSpec(max_num_seqs=0)` fails on `max_num_seqs`). The YAML file is one reader of them
+(kvplan/workload/schema.py, which locates errors by line); flag runs, the configurations `kvplan
+plan` tries, calibration runs and a fleet's replica groups are made in code, as `replace(...)` of
+a spec. `kvplan.workload.build.build_workload` turns a spec into the `Workload` the experiments
+run (models resolved, pools sized, defaults filled in for the GPU).
+
+None in a field means "the default", which may depend on the model or GPU (a scheduler's batch
+limits, max_model_len): the builder fills it in, as `vllm serve` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping, Union
+
+from kvplan.model.dtypes import KV_DTYPE_CHOICES
+from kvplan.workload.checks import check_bool, check_choice, check_float, check_int, check_text
+from kvplan.workload.checks import fail as _fail
+from kvplan.workload.distributions import AllAtOnce, ArrivalProcess, Lengths
+from kvplan.workload.routing import RouterSpec
+from kvplan.workload.traces import TRACE_FORMATS
+
+EXPERIMENTS = ("capacity", "serve", "prefix", "sharing", "fleet")
+MAX_REQUESTS = 50_000_000
+MAX_SLOTS = 2**40
+MIN_EFFICIENCY = 0.01  # no GPU serves at under 1% of its bandwidth or peak; below it times stop being numbers
+MAX_REPLICAS = 256  # each replica keeps its own pool tables (a few MB with prefix caching): memory stays bounded
+ROLES = ("both", "prefill", "decode")
+PREEMPTIONS = ("recompute", "swap")
+TIMING_MODELS = ("physical", "roofline")
+TOO_LONG = ("error", "clip")
+ARRIVAL_TRACES = ("sharegpt", "agentic", "vllm-bench")  # traces without timestamps of their own
+UNTIMED_TRACES = ("sharegpt", "vllm-bench")  # no timestamps at all: nothing to scale
+
+
+# ---- the sections of a workload --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorSpec:
+    """One allocator to compare: contiguous with a reservation policy, or paged with a block size."""
+
+    kind: str  # "contiguous" | "paged"
+    policy: str | None = None  # contiguous: "max" | "pow2" | "oracle"
+    block_size: int | None = None  # paged
+    max_len: int | None = None  # contiguous "max"/"pow2": the per-request limit reserved up to
+    prefix_caching: bool | None = None  # paged: override scheduler.prefix_caching (None: follow it)
+    hybrid: bool | None = None  # paged: override scheduler.hybrid_kv_cache_manager (None: follow it)
+
+    def __post_init__(self) -> None:
+        check_choice(self.kind, ("contiguous", "paged"), "kind")
+        if self.kind == "contiguous":
+            check_choice(self.policy, ("max", "pow2", "oracle"), "policy")
+            check_int(self.max_len, "max_len", ge=1, le=2**40, optional=True)  # None: max_model_len
+        else:
+            check_int(self.block_size, "block_size", ge=1, le=2**20)
+
+    @property
+    def label(self) -> str:
+        if self.kind == "contiguous":
+            return f"contiguous-{self.policy}"
+        return (f"paged-B{self.block_size}" + (" no-cache" if self.prefix_caching is False else "")
+                + (" all-full" if self.hybrid is False else ""))
+
+
+
+POOL_KEYS = ("slots", "kv_memory", "gpu_memory_utilization")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRequest:
+    """The KV pool asked for: exactly one of token `slots`, `kv_memory` bytes, or vLLM's
+    `gpu_memory_utilization` (KV = utilization x GPU memory - weights)."""
+
+    slots: int | None = None
+    kv_memory: int | None = None
+    gpu_memory_utilization: float | None = None
+
+    def __post_init__(self) -> None:
+        present = [k for k in POOL_KEYS if getattr(self, k) is not None]
+        if not present:
+            raise _fail("", f"needs exactly one of: {', '.join(POOL_KEYS)}")
+        if len(present) > 1:
+            raise _fail(present[1], f"give only one of: {', '.join(POOL_KEYS)} (found {', '.join(present)})")
+        check_int(self.slots, "slots", ge=1, le=MAX_SLOTS, optional=True)
+        check_int(self.kv_memory, "kv_memory", gt=0, optional=True)
+        check_float(self.gpu_memory_utilization, "gpu_memory_utilization", gt=0, le=1, optional=True)
+
+    @property
+    def key(self) -> str:
+        """The one key given."""
+        return next(k for k in POOL_KEYS if getattr(self, k) is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSpec:
+    """vLLM's scheduler settings as given (vLLM's names and meanings); None: vLLM's default
+    (the batch limits `vllm serve` sets for the GPU, max_model_len the model's context)."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    chunked_prefill: bool = True
+    preemption: str = "recompute"
+    swap_space: int | None = None  # bytes of CPU swap space (needs a model)
+    swap_slots: int | None = None  # or the CPU pool in token slots
+    null_block: bool = True
+    prefix_caching: bool = True
+    hybrid_kv_cache_manager: bool = True
+
+    def __post_init__(self) -> None:
+        check_int(self.max_num_seqs, "max_num_seqs", ge=1, le=2**20, optional=True)
+        check_int(self.max_num_batched_tokens, "max_num_batched_tokens", ge=1, le=2**31, optional=True)
+        check_int(self.max_model_len, "max_model_len", ge=1, le=2**31, optional=True)
+        for name in ("chunked_prefill", "null_block", "prefix_caching", "hybrid_kv_cache_manager"):
+            check_bool(getattr(self, name), name)
+        check_choice(self.preemption, PREEMPTIONS, "preemption")
+        check_int(self.swap_space, "swap_space", ge=0, optional=True)
+        check_int(self.swap_slots, "swap_slots", ge=0, le=MAX_SLOTS, optional=True)
+        if self.swap_space is not None and self.swap_slots is not None:
+            raise _fail("swap_slots", "give only one of: swap_space, swap_slots (found swap_space, swap_slots)")
+
+
+@dataclass(frozen=True, slots=True)
+class TimingSpec:
+    """The step-time model: "physical" (kvplan/model/step_time.py: its fitted constants, or a
+    `kvplan calibrate` profile's, with any efficiency given here in their place) or "roofline"
+    (overhead + max(memory, compute)); None: the model's own value (0.8, 0.5 and 0 ms roofline)."""
+
+    model: str = "physical"
+    bandwidth_efficiency: float | None = None
+    flops_efficiency: float | None = None
+    step_overhead_ms: float | None = None
+    profile: Path | None = None  # a timing profile (kvplan calibrate --out), as given or absolute
+
+    def __post_init__(self) -> None:
+        check_choice(self.model, TIMING_MODELS, "model")
+        check_float(self.bandwidth_efficiency, "bandwidth_efficiency", ge=MIN_EFFICIENCY, le=1, optional=True)
+        check_float(self.flops_efficiency, "flops_efficiency", ge=MIN_EFFICIENCY, le=1, optional=True)
+        check_float(self.step_overhead_ms, "step_overhead_ms", ge=0, le=1e6, optional=True)
+        if self.profile is not None and self.model != "physical":
+            raise _fail("profile", "a timing profile applies to model: physical, with a model and a gpu")
+
+    def given(self) -> dict[str, float]:
+        """The efficiencies and overhead set here (not left to the model)."""
+        return {k: getattr(self, k) for k in ("bandwidth_efficiency", "flops_efficiency", "step_overhead_ms")
+                if getattr(self, k) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticRequests:
+    """`count` requests, lengths drawn from `prompt` and `output`, arriving by `arrival`."""
+
+    count: int
+    prompt: Lengths
+    output: Lengths
+    arrival: ArrivalProcess = AllAtOnce()
+
+    def __post_init__(self) -> None:
+        check_int(self.count, "count", ge=1)
+        if self.count > MAX_REQUESTS:
+            raise _fail("count", f"{self.count:,} requests is above the limit of {MAX_REQUESTS:,}")
+        if not isinstance(self.prompt, Lengths) or self.prompt.min < 1:
+            raise _fail("prompt", "expected lengths of at least 1 token")
+        if not isinstance(self.output, Lengths) or self.output.min < 0:
+            raise _fail("output", "expected lengths of at least 0 tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequests:
+    """The requests of a trace file (kvplan/workload/traces/): `limit` of them, `repeat` times,
+    timestamps scaled by `time_scale`, or arriving by `arrival` where the trace has none."""
+
+    format: str
+    path: Path
+    limit: int | None = None
+    time_scale: float | None = None  # None: 1 (traces with timestamps only)
+    repeat: int = 1
+    too_long: str = "error"  # a request above max_model_len: an error, or cut to fit ("clip")
+    history: bool = False  # sharegpt: each turn carries the conversation before it
+    arrival: ArrivalProcess | None = None
+
+    def __post_init__(self) -> None:
+        check_choice(self.format, TRACE_FORMATS, "trace.format")
+        check_int(self.limit, "trace.limit", ge=1, optional=True)
+        check_float(self.time_scale, "trace.time_scale", gt=0, optional=True)
+        check_int(self.repeat, "trace.repeat", ge=1, le=MAX_REQUESTS)
+        check_choice(self.too_long, TOO_LONG, "trace.too_long")
+        check_bool(self.history, "trace.history")
+        if self.history and self.format != "sharegpt":
+            raise _fail("trace.history", "applies to sharegpt traces")
+        if self.arrival is not None and self.format not in ARRIVAL_TRACES:
+            raise _fail("arrival", f"a {self.format} trace has its own timestamps; remove arrival")
+        if self.time_scale is not None and self.format in UNTIMED_TRACES:
+            raise _fail("trace.time_scale", f"a {self.format} trace has no timestamps to scale")
+
+
+Requests = Union[SyntheticRequests, TraceRequests]
+
+
+# ---- fleets -------------------------------------------------------------------------------
+
+
+GROUP_OVERRIDES = ("model", "gpu", "tp", "kv_dtype", "pool", "scheduler", "allocators", "timing")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """`count` identical replicas; each field left None is the fleet file's own (top level)."""
+
+    name: str
+    count: int = 1
+    role: str = "both"  # "prefill" / "decode": a pool of a disaggregated fleet
+    model: str | None = None
+    gpu: str | None = None
+    tp: int | None = None
+    kv_dtype: str | None = None
+    pool: PoolRequest | None = None
+    scheduler: SchedulerSpec | None = None
+    allocators: tuple[AllocatorSpec, ...] | None = None
+    timing: TimingSpec | None = None
+
+    def __post_init__(self) -> None:
+        check_text(self.name, "name")
+        check_int(self.count, "count", ge=1, le=MAX_REPLICAS)
+        check_choice(self.role, ROLES, "role")
+        check_int(self.tp, "tp", ge=1, le=4096, optional=True)
+        check_choice(self.kv_dtype, KV_DTYPE_CHOICES, "kv_dtype", optional=True)
+        if self.allocators is not None and not self.allocators:
+            raise _fail("allocators", "expected at least one allocator")
+
+    def overrides(self) -> dict[str, Any]:
+        """The fields this group sets (the rest it takes from the fleet)."""
+        return {k: getattr(self, k) for k in GROUP_OVERRIDES if getattr(self, k) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """The link a prefill replica sends a request's KV over: `latency_s` + the KV bytes each GPU
+    holds / `gb_per_s` (every GPU of the TP group sends its own shard, all at once; 0: no
+    bandwidth limit)."""
+
+    gb_per_s: float
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_float(self.gb_per_s, "gb_per_s", ge=0, le=1e6)
+        check_float(self.latency_s, "latency_s", ge=0, le=60)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    """Replica groups behind a router; with prefill and decode groups, disaggregated over
+    `transfer` (kvplan/fleet/run.py runs it)."""
+
+    groups: tuple[GroupSpec, ...]
+    router: RouterSpec = RouterSpec()
+    transfer: Transfer | None = None
+
+    def __post_init__(self) -> None:
+        if not self.groups:
+            raise _fail("replicas", "expected at least one replica group")
+        total = 0
+        for i, group in enumerate(self.groups):
+            total += group.count
+            if total > MAX_REPLICAS:
+                raise _fail(f"replicas[{i}]", f"more than {MAX_REPLICAS:,} replicas in all")
+        roles = {g.role for g in self.groups}
+        if roles != {"both"} and roles != {"prefill", "decode"}:
+            raise _fail("replicas", "a disaggregated fleet has prefill and decode groups only "
+                                    f"(got roles {', '.join(sorted(roles))})")
+        if roles == {"prefill", "decode"} and self.transfer is None:
+            raise _fail("replicas", "a disaggregated fleet needs `transfer: {gb_per_s, latency_s}`, "
+                                    "the link the KV moves over")
+
+    @property
+    def disaggregated(self) -> bool:
+        return any(g.role != "both" for g in self.groups)
+
+
+# ---- the workload --------------------------------------------------------------------------
+
+
+Locate = Callable[[str], "int | None"]  # a field's line in the file the spec was read from
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """A workload as declared: what is served, what arrives, what is compared, and how.
+
+    `sections` holds the sections of the later experiments (`prefix`, `sampling`) as their
+    readers take them (kvplan/workload/prefixes.py, kvplan/replay/). `path` is the file it was
+    read from ("" when made in code), `locate` the line of a field in it."""
+
+    name: str
+    pool: PoolRequest
+    requests: SyntheticRequests | TraceRequests
+    experiment: str = "serve"
+    seed: int = 0
+    model: str | None = None
+    kv_dtype: str = "auto"
+    tp: int = 1
+    gpu: str | None = None
+    allocators: tuple[AllocatorSpec, ...] = (AllocatorSpec("paged", block_size=16),)
+    scheduler: SchedulerSpec = SchedulerSpec()
+    timing: TimingSpec = TimingSpec()
+    fleet: FleetSpec | None = None
+    sections: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    path: str = ""
+    locate: Locate | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_text(self.name, "name")
+        check_int(self.seed, "seed", ge=0)
+        check_choice(self.experiment, EXPERIMENTS, "experiment")
+        check_text(self.model, "model", optional=True)
+        check_choice(self.kv_dtype, KV_DTYPE_CHOICES, "kv_dtype")
+        check_int(self.tp, "tp", ge=1, le=4096)
+        check_text(self.gpu, "gpu", optional=True)
+        if self.gpu is not None and self.model is None:
+            raise _fail("gpu", "a gpu needs a model (weights and FLOPs come from it)")
+        if not self.allocators:
+            raise _fail("allocators", "expected at least one allocator")
+        for i, a in enumerate(self.allocators):
+            if not isinstance(a, AllocatorSpec):
+                raise _fail(f"allocators[{i}]", f"expected an allocator, got {a!r}")
+        if self.fleet is not None and self.experiment != "fleet":
+            raise _fail("replicas", f"applies to experiment: fleet, and this is experiment: {self.experiment}")
+        if self.fleet is None and self.experiment == "fleet":
+            raise _fail("replicas", "a fleet needs `replicas:`, a list of replica groups")
+
+
+def spec_fields(cls) -> tuple[str, ...]:
+    """The field names of a record class, in order."""
+    return tuple(f.name for f in fields(cls))
