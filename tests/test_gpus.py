@@ -171,7 +171,7 @@ def test_gpu_is_frozen():
         gpu.memory_bytes = 1  # type: ignore[misc]
     assert [f.name for f in dataclasses.fields(GPU)] == [
         "name", "memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "vendor", "sources", "cuda_memory_bytes",
-        "peak_fp8_flops", "link_bytes_per_s",
+        "peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops",
     ]
 
 
@@ -185,7 +185,8 @@ def test_values_positive_and_plausible():
         # link_bytes_per_s is left out where no source confirmed it (MI355X); step_time then assumes PCIe
         assert {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes"} \
             <= set(gpu.sources) <= {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes",
-                                    "link_bytes_per_s", "peak_fp8_flops"}, gpu.name
+                                    "link_bytes_per_s", "peak_fp8_flops", "mamf_bf16_flops",
+                                    "mamf_fp8_flops"}, gpu.name
         assert gpu.link_bytes_per_s == 0 or 10e9 <= gpu.link_bytes_per_s <= 2e12, gpu.name
         assert gpu.link_bytes_per_s or gpu.name == "MI355X", gpu.name
         assert gpu.peak_fp8_flops == 0 or gpu.peak_bf16_flops < gpu.peak_fp8_flops <= 2.5 * gpu.peak_bf16_flops
@@ -312,7 +313,7 @@ def test_model_package_imports_nothing_of_ours_but_errors():
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module or "")
     ours = {name for name in imported if name.split(".")[0] == "kvplan"}
-    assert ours == {"kvplan.errors"}
+    assert ours == {"kvplan.errors", "kvplan.fileio"}  # fileio imports nothing of ours but errors
     assert "numpy" not in imported
 
 
@@ -353,6 +354,11 @@ def test_catalog_file_round_trips_to_the_loaded_catalog():
      "gpus[3].peak_fp8_flops.value", "positive"),
     (lambda d: d["gpus"][4].update(aliases="H100"), "gpus[4].aliases", "list of names"),
     (lambda d: d.update(gpus={}), None, '"gpus"'),
+    (lambda d: d.pop("mamf_default_share"), None, '"mamf_default_share"'),
+    (lambda d: d["mamf_default_share"]["bf16"].update(value=1.5), "mamf_default_share.bf16.value", "share"),
+    (lambda d: d["mamf_default_share"]["fp8"].update(source=""), "mamf_default_share.fp8.source", "where the figure"),
+    (lambda d: d["gpus"][8].update(mamf_bf16_flops={"value": 0, "source": "a sentence long enough"}),
+     "gpus[8].mamf_bf16_flops.value", "positive"),
 ])  # fmt: skip
 def test_a_wrong_catalog_file_names_the_file_and_field(tmp_path, mutate, field, says):
     path = _catalog_copy(tmp_path, mutate)
@@ -367,5 +373,25 @@ def test_a_wrong_catalog_file_names_the_file_and_field(tmp_path, mutate, field, 
 def test_a_catalog_file_that_is_not_json(tmp_path):
     path = tmp_path / "gpus.json"
     path.write_text("{not json", encoding="utf-8")
-    with pytest.raises(KvplanError, match="cannot read the GPU catalog"):
+    with pytest.raises(KvplanError, match="gpus.json:1: not valid JSON"):
         gpus.load_catalog(path)
+
+
+# The measured maximum achievable matmul FLOP/s of Stas Bekman's ML Engineering book (the table
+# "Maximum Achievable Matmul FLOPS comparison table"), as the catalog holds them, in TFLOP/s.
+MAMF_TFLOPS = {
+    "bf16": {"A100-80GB": 271.2, "A100-40GB": 271.2, "GH200": 828.6, "H100-80GB": 794.5, "H200": 794.5,
+             "B200": 1745.0, "MI300X": 668.4, "MI325X": 784.9, "MI355X": 1565.0},
+    "fp8": {"GH200": 1535.0, "H100-80GB": 1402.6, "H200": 1453.4, "B200": 3432.5},
+}
+
+
+def test_measured_matmul_flops_are_the_cited_table():
+    for gpu in GPUS.values():
+        for dtype, peak in (("bf16", gpu.peak_bf16_flops), ("fp8", gpu.peak_fp8_flops)):
+            measured = getattr(gpu, f"mamf_{dtype}_flops")
+            assert measured == MAMF_TFLOPS[dtype].get(gpu.name, 0.0) * 1e12, (gpu.name, dtype)
+            if measured:
+                assert 0.5 * peak < measured < peak, (gpu.name, dtype)  # a data-sheet peak is never reached
+                assert "stas00/ml-engineering" in gpu.sources[f"mamf_{dtype}_flops"]
+    assert gpus.MAMF_DEFAULT_SHARE == {"bf16": 0.803, "fp8": 0.740}

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from kvplan.errors import UsageError
-from kvplan.model.config import LayerSpec, ModelSpec
 from kvplan.model.dtypes import DTYPE_BITS, dtype_bits
 from kvplan.model.layout import KVLayout, LayerGroup
+from kvplan.model.spec import LayerSpec, ModelSpec
 
 MAX_TP = 65_536
 

@@ -1,4 +1,4 @@
-"""The GPU catalog: memory size, memory bandwidth and dense bf16 peak of common serving accelerators.
+"""The GPU catalog: memory, bandwidth, data-sheet peaks and measured matmul FLOP/s of serving accelerators.
 
 What ``memory_bytes`` means
 ---------------------------
@@ -44,29 +44,41 @@ Where no public log gives a GPU's CUDA total, ``cuda_memory_bytes`` follows the 
 ``tests/data/cuda_totals.yaml`` (CUDA total = nvidia-smi total - Reserved) with a sibling board's
 Reserved, or a sibling's total where the device total is the same; its ``source`` says which.
 
+Achievable matmul FLOP/s
+------------------------
+``mamf_bf16_flops`` and ``mamf_fp8_flops`` are measured, not data-sheet, figures: the maximum
+achievable matmul FLOP/s (MAMF), the best torch.matmul throughput over a search of large shapes, as
+Stas Bekman's ML Engineering book tabulates it (each entry cites the table). A data-sheet peak is
+never reached (clocks fall under the power limit at full load). A GPU the table does not list has 0
+there, and ``MAMF_DEFAULT_SHARE`` (the median measured / peak share of the table's NVIDIA rows, in the
+file with its source) gives the share of its peak to take instead (kvplan/model/step_time.py).
+
 The figures live in ``gpus.json`` beside this module (shipped in the wheel), each with its source;
-``load_catalog`` reads and validates it. This module imports nothing of kvplan's except
-``kvplan.errors``.
+``load_catalog`` reads it with kvplan/fileio.py and validates it. This module imports nothing of
+kvplan's except ``kvplan.errors`` and ``kvplan.fileio``.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvplan.errors import ConfigError, UsageError
+from kvplan.fileio import load_json, read_limited
 
 MiB = 1024**2
 GiB = 1024**3
 CATALOG_FILE = Path(__file__).with_name("gpus.json")
 FIGURES = ("memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes")
-OPTIONAL = ("peak_fp8_flops", "link_bytes_per_s")  # 0 when absent (no fp8 units; no figure)
+# 0 when absent (no fp8 units; no figure; not measured)
+OPTIONAL = ("peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops")
 WHOLE = ("memory_bytes", "cuda_memory_bytes")  # figures in whole bytes
 VENDORS = ("NVIDIA", "AMD")
+SHARES = ("bf16", "fp8")  # the keys of mamf_default_share
+MAX_CATALOG_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -82,24 +94,54 @@ class GPU:
     cuda_memory_bytes: int = 0  # the total CUDA reports to a process (torch.cuda.mem_get_info)
     peak_fp8_flops: float = 0.0  # dense fp8 tensor-core peak; 0: no fp8 tensor cores
     link_bytes_per_s: float = 0.0  # GPU-to-GPU bandwidth each way (NVLink, or PCIe without it)
+    mamf_bf16_flops: float = 0.0  # measured maximum achievable bf16 matmul FLOP/s; 0: not measured
+    mamf_fp8_flops: float = 0.0  # the same at fp8; 0: not measured (or no fp8 units)
 
     @property
     def memory_gib(self) -> float:
         return self.memory_bytes / GiB
 
 
-def load_catalog(path: Path = CATALOG_FILE) -> tuple[tuple[GPU, tuple[str, ...]], ...]:
-    """Read and validate the GPU catalog file: every GPU with its aliases, in catalog order.
+@dataclass(frozen=True)
+class Catalog:
+    """What the catalog file holds: every GPU with its aliases, in catalog order, and the share of a
+    data-sheet peak taken as the MAMF of a GPU without a measured one, by dtype."""
+
+    gpus: tuple[tuple[GPU, tuple[str, ...]], ...]
+    mamf_default_share: dict[str, float]
+
+
+def load_catalog(path: Path = CATALOG_FILE) -> Catalog:
+    """Read and validate the GPU catalog file.
 
     A wrong file fails with one ConfigError naming the file and the field (`gpus[3].memory_bytes`).
     """
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"cannot read the GPU catalog: {exc}", file=path) from None
-    if not isinstance(doc, dict) or set(doc) != {"_about", "gpus"} or not isinstance(doc["gpus"], list):
-        raise ConfigError('expected an object with "_about" and a list "gpus"', file=path)
-    return tuple(_entry(row, path, f"gpus[{i}]") for i, row in enumerate(doc["gpus"]))
+    doc = load_json(read_limited(path, MAX_CATALOG_BYTES, ConfigError, what="the GPU catalog"), path, ConfigError)
+    if (not isinstance(doc, dict) or set(doc) != {"_about", "mamf_default_share", "gpus"}
+            or not isinstance(doc["gpus"], list)):
+        raise ConfigError('expected an object with "_about", "mamf_default_share" and a list "gpus"', file=path)
+    gpus = tuple(_entry(row, path, f"gpus[{i}]") for i, row in enumerate(doc["gpus"]))
+    return Catalog(gpus, _shares(doc["mamf_default_share"], path))
+
+
+def _shares(shares, path: Path) -> dict[str, float]:
+    if not isinstance(shares, dict) or set(shares) != set(SHARES):
+        raise ConfigError(f"expected an object with the keys {', '.join(SHARES)}", file=path,
+                          field="mamf_default_share")
+    out = {}
+    for key in SHARES:
+        where = f"mamf_default_share.{key}"
+        share = shares[key]
+        if not isinstance(share, dict) or set(share) != {"value", "source"}:
+            raise ConfigError('expected {"value": number, "source": "where it comes from"}', file=path, field=where)
+        value, source = share["value"], share["source"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ConfigError("expected a share of the peak, above 0 and at most 1", file=path, field=f"{where}.value")
+        if not isinstance(source, str) or len(source) < 20:
+            raise ConfigError("expected a sentence naming where the figure comes from", file=path,
+                              field=f"{where}.source")
+        out[key] = float(value)
+    return out
 
 
 def _entry(row, path: Path, where: str) -> tuple[GPU, tuple[str, ...]]:
@@ -134,8 +176,9 @@ def _entry(row, path: Path, where: str) -> tuple[GPU, tuple[str, ...]]:
 
 
 _CATALOG = load_catalog()
-GPUS: dict[str, GPU] = {gpu.name: gpu for gpu, _ in _CATALOG}
-ALIASES: dict[str, str] = {alias: gpu.name for gpu, aliases in _CATALOG for alias in aliases}
+GPUS: dict[str, GPU] = {gpu.name: gpu for gpu, _ in _CATALOG.gpus}
+ALIASES: dict[str, str] = {alias: gpu.name for gpu, aliases in _CATALOG.gpus for alias in aliases}
+MAMF_DEFAULT_SHARE: dict[str, float] = _CATALOG.mamf_default_share  # "bf16" / "fp8" -> share of the peak
 
 # Words that device names start with but that say nothing about the model ("NVIDIA GeForce RTX 4090",
 # "Tesla V100-SXM2-32GB", "AMD Instinct MI300X").

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from kvplan.errors import ModelNotFoundError
 from kvplan.fileio import expand
-from kvplan.model.config import ModelSpec, load_config, read_model
+from kvplan.model.config import load_config, read_model
+from kvplan.model.spec import ModelSpec
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 

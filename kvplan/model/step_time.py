@@ -22,18 +22,24 @@ with async scheduling (vllm/v1/core/sched/async_scheduler.py, vllm-project/vllm#
 since #27614) the scheduler runs one step ahead with placeholders for the tokens not yet sampled,
 so the host work hides behind the GPU's until it is the longer. Detokenizing and streaming every
 token happen in another process, the API server (AsyncLLM's output handler), and cost no engine
-step: they are FRONTEND_LATENCY_S and STREAM_TOKEN_S below.
+step: they are frontend_latency_s and stream_token_s below.
+
+Names in lower case below (bandwidth_efficiency, gemm_tile_tokens, layer_overhead_s ...) are the
+fields of the dataclass StepConstants: CONSTANTS holds their values (fitted, or measured or fixed
+where a field says so), and a timing profile (`kvplan calibrate`) replaces the fitted ones. Names
+in capitals (MIN_TILE_TOKENS, SHORT_WINDOW, PCIE_NCCL_SHARE ...) are module constants, which no
+timing profile changes.
 
 - linear(n): each GEMM is bound by reading its weights or by its FLOPs, whichever is slower:
-  max(bytes read / (HBM x BANDWIDTH_EFFICIENCY), 2 x params x n / (MAMF x gemm_efficiency(n))).
-  MAMF is the GPU's measured maximum achievable matmul FLOP/s at the GEMMs' dtype (MAMF_BF16 /
-  MAMF_FP8 below, with their source; a data-sheet peak is never reached). gemm_efficiency(n) =
-  GEMM_EFFICIENCY x n / (t x ceil(n / t)): tile quantization (NVIDIA, "Matrix Multiplication
-  Background User's Guide"): the token dimension is computed in whole tiles of t rows, the
-  smallest power of two that covers n between MIN_TILE_TOKENS (16, the tensor-core MMA's M) and
-  GEMM_TILE_TOKENS (the large-GEMM tile); so 4 tokens cost the compute of 16 (memory-bound
-  anyway), 200 that of 256, and a large prefill reaches the ceiling. GEMM_EFFICIENCY is what
-  LLM-shaped GEMMs reach of the best shape's MAMF.
+  max(bytes read / (HBM x bandwidth_efficiency), 2 x params x n / (MAMF x gemm_efficiency(n))).
+  MAMF is the GPU's measured maximum achievable matmul FLOP/s at the GEMMs' dtype (mamf_bf16_flops
+  / mamf_fp8_flops in kvplan/model/gpus.json, with their source; a data-sheet peak is never
+  reached). gemm_efficiency(n) = gemm_efficiency x n / (t x ceil(n / t)): tile quantization
+  (NVIDIA, "Matrix Multiplication Background User's Guide"): the token dimension is computed in
+  whole tiles of t rows, the smallest power of two that covers n between MIN_TILE_TOKENS (16, the
+  tensor-core MMA's M) and gemm_tile_tokens (the large-GEMM tile); so 4 tokens cost the compute of
+  16 (memory-bound anyway), 200 that of 256, and a large prefill reaches the ceiling.
+  gemm_efficiency is what LLM-shaped GEMMs reach of the best shape's MAMF.
   Dense weights are read whole every step (the input embedding is a gather of n rows, so only the
   lm_head's copy of the vocabulary matrix counts). MoE experts: n tokens choosing top_k of E
   experts touch E x (1 - (1 - top_k / E)^n) distinct experts on average, and only those are read;
@@ -48,43 +54,44 @@ step: they are FRONTEND_LATENCY_S and STREAM_TOKEN_S below.
   (kvplan/sim/reference.py, kv_read).
 - attention_per_pair: a prefill token attending to one earlier token costs 2 x heads x (qk head
   dim + v head dim) FLOPs per attention layer (QK^T and PV), at the bf16 peak x
-  ATTENTION_EFFICIENCY. A chunk of c tokens after h held ones makes c x h + c (c + 1) / 2 pairs.
+  attention_efficiency. A chunk of c tokens after h held ones makes c x h + c (c + 1) / 2 pairs.
 - Short sliding windows (window <= SHORT_WINDOW tokens, e.g. gpt-oss's 128): a prefill token
   attends to at most `window` earlier tokens there (FlashAttention skips the blocks outside the
   window), so those layers are charged `window` pairs a token (a per-token term, exact once a
   sequence is past its window) instead of the chunk's pairs. Longer windows (Mistral's 4,096,
   Llama 4's 8,192-token chunks) are charged like full attention, exact while a context is inside
   the window. (Exact pairs per layer group need the engine to pass them per group.)
-- allreduce(n): 2 per layer, each ALLREDUCE_LATENCY_S + 2 (tp - 1) / tp x n x hidden x 2 B over
-  the GPU's link (NVLink on SXM parts, PCIe on L4/L40S/A10G) at LINK_EFFICIENCY of its figure on
+- allreduce(n): 2 per layer, each allreduce_latency_s + 2 (tp - 1) / tp x n x hidden x 2 B over
+  the GPU's link (NVLink on SXM parts, PCIe on L4/L40S/A10G) at link_efficiency of its figure on
   NVLink, PCIE_NCCL_SHARE of it on PCIe (NCCL's own rating of a PCIe link; see there).
-- Fixed GPU time: LAYER_OVERHEAD_S per layer (each of a layer's ~10 kernels ramps up and drains,
+- Fixed GPU time: layer_overhead_s per layer (each of a layer's ~10 kernels ramps up and drains,
   a few us inside a CUDA graph: the same on an H100 and an H200, which is why a batch-1 decode
-  gains far less than the bandwidth from the faster HBM), MOE_LAYER_OVERHEAD_S per MoE layer (the
+  gains far less than the bandwidth from the faster HBM), moe_layer_overhead_s per MoE layer (the
   router, top-k, sorting tokens by expert, permute and unpermute kernels), and
-  EAGER_OVERHEAD_PER_LAYER_S per layer with --enforce-eager (kernel launches).
+  eager_overhead_per_layer_s per layer with --enforce-eager (kernel launches).
 - MoE experts at a narrow per-GPU width w (moe_intermediate_size / tp) stream their weights at
-  w / (w + EXPERT_HALF_WIDTH) of the HBM rate: a fused-MoE kernel tiles each expert's slab, and
+  w / (w + expert_half_width) of the HBM rate: a fused-MoE kernel tiles each expert's slab, and
   an expert of 2,048 columns split 8 ways gives too few tiles to keep HBM busy.
-- Host time: STEP_OVERHEAD_S a step and REQUEST_OVERHEAD_S per scheduled request (the engine
+- Host time: step_overhead_s a step and request_overhead_s per scheduled request (the engine
   core's Python work), in series or overlapped as above.
 - Weight-only quantized GEMMs (GPTQ, AWQ, MXFP4 and NVFP4 where the GPU has no fp4 units)
-  dequantize in their inner loop: their compute runs at WEIGHT_ONLY_GEMM x the bf16 efficiency.
-- FRONTEND_LATENCY_S: what a client measures on top of the engine's TTFT and E2E (HTTP,
+  dequantize in their inner loop: their compute runs at weight_only_gemm x the bf16 efficiency.
+- frontend_latency_s: what a client measures on top of the engine's TTFT and E2E (HTTP,
   tokenization, the first streamed response); it adds to latencies, not to steps.
-- STREAM_TOKEN_S: the same process streams every output token (incremental detokenizing, one
-  SSE chunk, its write), so at a token rate R it is busy rho = R x STREAM_TOKEN_S of the time, and
-  its per-request work (FRONTEND_LATENCY_S) runs in what is left: a processor-sharing stretch of
+- stream_token_s: the same process streams every output token (incremental detokenizing, one
+  SSE chunk, its write), so at a token rate R it is busy rho = R x stream_token_s of the time, and
+  its per-request work (frontend_latency_s) runs in what is left: a processor-sharing stretch of
   1 / (1 - rho), rho taken at the request's send from the engine's token rate then (a fluid
   approximation; kvplan/sim/metrics.client_frontend). vLLM scales this process out with
   --api-server-count because of it.
-- FRONTEND_REQUEST_S: the API server handles requests one at a time (a single process parses,
+- frontend_request_s: the API server handles requests one at a time (a single process parses,
   tokenizes and dispatches each), so a burst reaches the engine spread out by this much per
   request (kvplan/sim/inputs.prepared_chunks); it matters only when requests arrive faster.
 
 Figures of the GPU (HBM bandwidth, dense bf16 and fp8 peaks, link bandwidth) are data-sheet
-values from kvplan/model/gpus.json; its achievable matmul FLOP/s are measured ones (MAMF_BF16,
-MAMF_FP8, with their source). The fields of StepConstants are the global constants fitted on the
+values from kvplan/model/gpus.json; its achievable matmul FLOP/s are measured ones
+(mamf_bf16_flops, mamf_fp8_flops in the same file, with their source; where none is measured,
+MAMF_DEFAULT_SHARE of the peak). The fields of StepConstants are the global constants fitted on the
 cited measurements of tests/data/step_time_measurements.yaml (bench/timing_fidelity.py --fit, on
 every source but the all-at-once bursts; validated leave-one-source-out), each within
 PHYSICAL_RANGES; none depends on a model or a GPU. `kvplan calibrate` fits them on a user's own
@@ -98,9 +105,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from kvplan.model.config import ConfigReader, ModelSpec
-from kvplan.model.gpus import GPU
+from kvplan.model.config_reader import ConfigReader
+from kvplan.model.gpus import GPU, MAMF_DEFAULT_SHARE
 from kvplan.model.layout import KVLayout
+from kvplan.model.spec import ModelSpec
 from kvplan.model.weights import WeightEstimate, moe_layers, moe_shape
 
 
@@ -177,9 +185,9 @@ SCHEDULER_ASYNC_FROM = (0, 14)
 # simulates vLLM V1, whose factor is 1.
 ENGINE_OVERHEAD_FACTOR = {"vllm": 1.0, "vllm-v0": 1.72, "sglang": 1.0, "tensorrt-llm": 0.0601,
                           "tensorrt-llm-pytorch": 0.337, "other": 1.0}
-# The API server's share of a client's latencies (FRONTEND_LATENCY_S) by the server in front of
-# the engine, relative to vLLM's OpenAI server; its intake and streaming costs (FRONTEND_REQUEST_S,
-# STREAM_TOKEN_S) scale by the factor where it is below 1 (a slower answer is not a slower intake).
+# The API server's share of a client's latencies (frontend_latency_s) by the server in front of
+# the engine, relative to vLLM's OpenAI server; its intake and streaming costs (frontend_request_s,
+# stream_token_s) scale by the factor where it is below 1 (a slower answer is not a slower intake).
 # trtllm-serve and NIM are OpenAI servers in Python (FastAPI) like vLLM's, taken as equal to it;
 # SGLang's hands a request from its tokenizer process to its scheduler and back through a
 # detokenizer process (fitted: 23 ms where vLLM's is 10; the SGLang runs of several sources want
@@ -189,13 +197,13 @@ SERVER_FRONTEND_FACTOR = {"vllm-openai": 1.0, "trtllm-serve": 1.0, "nim": 1.0, "
                           "trtllm-bench": 0.0, "gptSessionBenchmark": 0.0}
 
 
-STREAM_BUSY_CAP = 0.9  # the busiest the API server is taken to be (STREAM_TOKEN_S): past it the
+STREAM_BUSY_CAP = 0.9  # the busiest the API server is taken to be (stream_token_s): past it the
 # fluid stretch would grow without bound, and the server's own queue, not modelled, takes over
 
 
 def api_server_s(constants: StepConstants, tokens_per_s: float) -> float:
     """The API server's share of one request's TTFT and E2E while the engine streams
-    `tokens_per_s` (FRONTEND_LATENCY_S stretched by 1 / (1 - rho), rho = rate x STREAM_TOKEN_S)."""
+    `tokens_per_s` (frontend_latency_s stretched by 1 / (1 - rho), rho = rate x stream_token_s)."""
     busy = min(tokens_per_s * constants.stream_token_s, STREAM_BUSY_CAP)
     return constants.frontend_latency_s / (1.0 - busy)
 
@@ -242,7 +250,7 @@ class StepModel:
         if tokens <= 0:
             return ceiling
         # the kernel takes the smallest tile that covers the rows, from the MMA instruction's 16
-        # (mma.sync m16n8k16) up to GEMM_TILE_TOKENS; larger batches are cut into whole tiles
+        # (mma.sync m16n8k16) up to gemm_tile_tokens; larger batches are cut into whole tiles
         tile = min(c.gemm_tile_tokens, max(MIN_TILE_TOKENS, 2.0 ** math.ceil(math.log2(tokens))))
         return ceiling * tokens / (tile * math.ceil(tokens / tile))
 
@@ -275,7 +283,7 @@ class StepModel:
     @property
     def expert_stream_share(self) -> float:
         """The share of the HBM rate a fused-MoE kernel's expert weight stream reaches at this
-        GPU's expert width: w / (w + EXPERT_HALF_WIDTH)."""
+        GPU's expert width: w / (w + expert_half_width)."""
         half = self.constants.expert_half_width
         return self.expert_width / (self.expert_width + half) if half > 0 and self.expert_width > 0 else 1.0
 
@@ -450,26 +458,13 @@ def fp8_compute(raw: dict, scheme_name: str) -> bool:
     return False
 
 
-# Maximum achievable matmul FLOP/s (MAMF): the best bf16 / fp8 torch.matmul throughput measured on
-# each accelerator over a search of large shapes, from the table "Maximum Achievable Matmul FLOPS
-# comparison table" of Stas Bekman's ML Engineering book, compute/accelerator/README.md
-# https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/compute/accelerator/README.md :
-# A100 SXM 271.2 TFLOPS (of 312), GH200 828.6, H100 SXM 794.5 ("H200 is the same"), B200 1745.0,
-# MI300X 668.4, MI325X 784.9, MI355X 1565.0; fp8: GH200 1535.0, H100 SXM 1402.6, H200 1453.4,
-# B200 3432.5. A data-sheet peak is not reachable (clocks fall under the power limit at full
-# load); a GPU the table does not list gets its peak x the median share of the table's NVIDIA rows
-# (bf16: A100 SXM and PCIe, GH200, H100, B200, B300, GB200 -> 0.803; fp8: GH200, H100, H200, B200,
-# B300, GB200 -> 0.740).
-MAMF_BF16 = {"A100-80GB": 271.2e12, "A100-40GB": 271.2e12, "GH200": 828.6e12, "H100-80GB": 794.5e12,
-             "H200": 794.5e12, "B200": 1745.0e12, "MI300X": 668.4e12, "MI325X": 784.9e12, "MI355X": 1565.0e12}
-MAMF_FP8 = {"GH200": 1535.0e12, "H100-80GB": 1402.6e12, "H200": 1453.4e12, "B200": 3432.5e12}
-MAMF_DEFAULT_SHARE = {"bf16": 0.803, "fp8": 0.740}
-
-
 def achievable_matmul_flops(gpu: GPU, fp8: bool) -> float:
-    """The GPU's measured achievable matmul FLOP/s at the linear layers' dtype (MAMF above)."""
-    table, peak, key = (MAMF_FP8, gpu.peak_fp8_flops, "fp8") if fp8 else (MAMF_BF16, gpu.peak_bf16_flops, "bf16")
-    return table.get(gpu.name, peak * MAMF_DEFAULT_SHARE[key])
+    """The GPU's measured maximum achievable matmul FLOP/s (MAMF) at the linear layers' dtype:
+    its mamf_bf16_flops / mamf_fp8_flops in kvplan/model/gpus.json (each with its source), or for a
+    GPU not measured its data-sheet peak x MAMF_DEFAULT_SHARE (the same file)."""
+    measured, peak, key = ((gpu.mamf_fp8_flops, gpu.peak_fp8_flops, "fp8") if fp8
+                           else (gpu.mamf_bf16_flops, gpu.peak_bf16_flops, "bf16"))
+    return measured or peak * MAMF_DEFAULT_SHARE[key]
 
 
 # PCIe-connected GPUs (L4, L40S, A10G, RTX 4090/5090, H100 PCIe without bridges): vLLM's custom
@@ -479,7 +474,7 @@ def achievable_matmul_flops(gpu: GPU, fp8: bool) -> float:
 # ("PCI[24.0]", "maxBw 24.0" in its INFO log, https://github.com/NVIDIA/nccl-tests/issues/307), and its
 # maintainers note that a PCIe system's all-reduce is bound by what the CPU and memory deliver, every
 # GPU a flow in both directions (https://github.com/NVIDIA/nccl/issues/1639): so a PCIe all-reduce gets
-# this share of the link figure instead of LINK_EFFICIENCY (fitted on NVLink parts). Not fitted.
+# this share of the link figure instead of link_efficiency (fitted on NVLink parts). Not fitted.
 PCIE_NCCL_SHARE = 0.75
 # A link of at most PCIe Gen5 x16's 64 GB/s each way is PCIe: every NVLink part in the GPU catalog has
 # 150 GB/s or more (V100's NVLink 2), every PCIe-only part 32 or 64 (kvplan/model/gpus.json sources).

@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.errors import ConfigError
-from kvplan.model.config import ConfigReader, LayerSpec, ModelSpec, mamba2_shape
+from kvplan.model.config_reader import ConfigReader
 from kvplan.model.dtypes import DTYPE_BITS
+from kvplan.model.families.mamba import mamba2_shape
 from kvplan.model.quant import scheme_of
+from kvplan.model.spec import LayerSpec, ModelSpec
 
 DENSE_KEYS = ("intermediate_size_mlp", "ffn_dim", "ffn_hidden_size", "n_inner", "intermediate_size")
 NON_GATED = {"gpt2", "opt", "falcon", "RefinedWebModel", "RefinedWeb", "mpt", "gpt_bigcode", "starcoder2", "nemotron_h", "gpt_neox", "bloom"}

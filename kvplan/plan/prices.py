@@ -1,7 +1,7 @@
 """GPU rental prices for `kvplan plan`: what renting a deployment costs, by the offers that rent it.
 
 An offer is one cited price row: a GPU, its $/GPU-hour, a tier and the instance shapes it rents
-(kvplan/model/prices.json, or a file of the same shape, or `--price GPU=USD`):
+(kvplan/plan/prices.json, or a file of the same shape, or `--price GPU=USD`):
 
     {"prices": [{"gpu": "H100-80GB", "usd_per_gpu_hour": 3.99, "tier": "on-demand",
                  "instance_gpus": [8], "provider": "...", "date": "2026-11-09", "source": "https://..."}]}
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from kvplan.errors import UsageError
 
-SHIPPED = Path(__file__).resolve().parents[1] / "model" / "prices.json"
+SHIPPED = Path(__file__).resolve().with_name("prices.json")  # shipped in the wheel
 MAX_PRICE = 1e4  # $/GPU-hour: above this a number is a typo, not a price
 TIERS = ("marketplace", "on-demand", "reserved")
 DEFAULT_TIERS = ("on-demand",)

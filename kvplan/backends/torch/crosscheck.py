@@ -25,9 +25,10 @@ from kvplan.backends.torch.codec import codec_for
 from kvplan.backends.torch.workload import reduce_layers
 from kvplan.errors import KvplanError
 from kvplan.model.build import build_layout
-from kvplan.model.config import LAYERS_KEYS, ModelSpec, read_model
+from kvplan.model.config import LAYERS_KEYS, read_model
 from kvplan.model.layout import LayerGroup
 from kvplan.model.resolve import load_spec
+from kvplan.model.spec import ModelSpec
 
 # Fields that size weights only; shrunk to these (never the KV heads, head_dim, window, layer kinds).
 SHRINK = {"intermediate_size": 64, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,

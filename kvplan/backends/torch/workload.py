@@ -18,7 +18,7 @@ import torch
 from kvplan.backends.torch.cache import PagedKVCache
 from kvplan.errors import UsageError
 from kvplan.memory.paged import BlockManager
-from kvplan.model.config import ModelSpec
+from kvplan.model.spec import ModelSpec
 
 PROJ_IN_MAX = 256
 FORK = "r0-fork"
