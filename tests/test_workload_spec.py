@@ -168,7 +168,7 @@ def test_flag_runs_are_specs_and_name_their_flags():
     assert err.value.field == "--max-num-seqs"
 
 
-def test_one_router_registry():
+def test_one_router_registry(run_cli, monkeypatch):
     from kvplan.fleet.routers import IMPLEMENTATIONS
     from kvplan.workload.json_schema import workload_schema
 
@@ -178,6 +178,12 @@ def test_one_router_registry():
     schema_md = (REPO / "workloads" / "SCHEMA.md").read_text(encoding="utf-8")
     row = next(line for line in schema_md.splitlines() if line.startswith("| `router` / `router.policy`"))
     assert [n for n in ROUTER_NAMES if f"`{n}`" in row] == list(ROUTER_NAMES)
+    table = [line for line in schema_md.splitlines() if line.startswith("| `") and line.split("`")[1] in ROUTERS
+             and line.count("|") == 3]
+    assert table == [f"| `{name}` | {words} |" for name, words in ROUTERS.items()]
+    monkeypatch.setenv("COLUMNS", "400")
+    _, out, _ = run_cli("plan", "--help")
+    assert ", ".join(ROUTER_NAMES) in " ".join(out.replace("│", " ").split())
 
 
 def test_schema_md_states_the_timing_defaults_the_code_has():

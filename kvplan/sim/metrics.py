@@ -247,7 +247,7 @@ def client_frontend(raw: RawRun, clock) -> int | np.ndarray:
     """Ticks the API server adds to each request's TTFT and E2E: its per-request work
     (`clock.frontend`), stretched by 1 / (1 - rho) when the same process also streams tokens, rho =
     the engine's token rate at the request's send x the server's time per token (processor sharing;
-    kvplan/model/step_time.py, STREAM_TOKEN_S). A plain number when nothing streams or costs."""
+    kvplan/model/step_time.py, StepConstants.stream_token_s). A plain number when nothing streams or costs."""
     if not clock.frontend or not clock.stream_token or not raw.finish.size:
         return clock.frontend
     sent = raw.arrival if raw.sent is None else raw.sent
