@@ -39,8 +39,8 @@ CASES = {"pace": (1.0, 256), "compressed": (0.05, 256), "saturated": (0.05, 1024
 def workload(time_scale: float, max_num_seqs: int):
     from kvplan.model.facts import model_facts
     from kvplan.workload.traces import open_trace
-    from kvplan.workload.records import (AllocatorSpec, PoolSpec, SchedulerConfig, TimingConfig,
-                                  Workload)
+    from kvplan.workload.records import PoolSpec, SchedulerConfig, TimingConfig, Workload
+    from kvplan.workload.spec import AllocatorSpec
 
     trace = open_trace("azure", TRACE, limit=NUM_REQUESTS, repeat=-(-NUM_REQUESTS // 19_366),
                        time_scale=time_scale, max_model_len=8192, too_long="clip")

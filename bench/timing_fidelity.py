@@ -64,7 +64,6 @@ from __future__ import annotations
 import math
 import re
 import zlib
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -261,8 +260,9 @@ def build_case(entry: dict, values: dict | None = None):
                                         step_model)
     from kvplan.model.vllm_memory import EngineOptions
     from kvplan.model.weights import engine_shape, estimate_weights
-    from kvplan.workload.records import (AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig,
-                                         TimingConfig, Workload)
+    from kvplan.workload.records import PoolSpec, SchedulerConfig, TimingConfig, Workload
+    from kvplan.workload.spec import AllocatorSpec
+    from kvplan.workload.chunks import RequestChunk
 
     gpu_name = _gpu(entry["gpu"])
     spec, online = _spec_and_quant(entry["model"], entry.get("quantization"))

@@ -58,10 +58,8 @@ PRE_PROFILED_GRAPHS = "0.11"  # the rules for a log that states no release
 def predict(entry: dict):
     from kvplan.errors import KvplanError
     from kvplan.model.build import build_layout
-    from kvplan.model.config import read_model
     from kvplan.model.fit import size_model
     from kvplan.model.gpus import get_gpu
-    from kvplan.model.resolve import load_spec
     from kvplan.model.vllm_memory import EngineOptions
     from kvplan.model.weights import engine_shape, estimate_weights
 

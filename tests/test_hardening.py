@@ -293,8 +293,8 @@ def test_a_step_longer_than_the_clock_is_an_error():
 
     from kvplan.sim.engine import MAX_EVENT_TICKS, longest_step
     from kvplan.sim.inputs import make_setup
-    from kvplan.workload.records import (AllocatorSpec, PoolSpec, SchedulerConfig, TimingConfig,
-                                         Workload)
+    from kvplan.workload.records import PoolSpec, SchedulerConfig, TimingConfig, Workload
+    from kvplan.workload.spec import AllocatorSpec
 
     timing = TimingConfig(gpu_name="L4", hbm_bytes_per_s=3e11, peak_flops=1.2e14, weight_bytes=10**17,
                           flops_per_token=1e9, kv_bytes_per_token=1, bandwidth_efficiency=0.01)

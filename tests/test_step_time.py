@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-import math
 from pathlib import Path
 
 import pytest

@@ -71,9 +71,9 @@ def size(
         max_num_batched_tokens = parse_count(max_num_batched_tokens, field="--max-num-batched-tokens", high=2**31)
     if engine not in ENGINES:
         raise UsageError(f"expected one of {', '.join(ENGINES)}, got {engine!r}", field="--engine")
-    for field, value in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
+    for flag, value in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
         if value is not None and not 1 <= value <= 2**31:
-            raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=field)
+            raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=flag)
     release_rules(vllm_version)  # a bad release is refused before any work
     if kv_dtype not in KV_DTYPE_CHOICES:
         raise UsageError(f"expected one of {', '.join(KV_DTYPE_CHOICES)}, got {kv_dtype!r}", field="--kv-dtype")
