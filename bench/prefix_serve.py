@@ -54,7 +54,7 @@ def run_case(scale: str) -> None:
     p = on.prefix
     print(f"time_scale {scale:>2}: {on.completed:,} requests in {wall:.2f} s with prefix caching "
           f"({on.completed / wall:,.0f} requests/s, hit rate {100 * p.hit_rate:.1f}%, "
-          f"{p.evicted:,} blocks evicted, {on.preemptions:,} preemptions, {on.steps:,} steps), "
+          f"{p.blocks_evicted:,} blocks evicted, {on.preemptions:,} preemptions, {on.steps:,} steps), "
           f"peak RSS {rss / 2**20:,.0f} MiB (jit/cache load {t1 - t0:.1f} s)  [{'ok' if ok else 'MISSED'}]")
     print(f"              caching off: {wall_off:.2f} s; TTFT p50 {on.ttft.p50:.3g} s on vs "
           f"{off.ttft.p50:.3g} s off, throughput {on.throughput_tps:,.0f} vs {off.throughput_tps:,.0f} tok/s")

@@ -1,8 +1,10 @@
-"""The prefix-caching block manager: hand-worked literals, collisions, runs, random invariants."""
+"""vLLM's block pool and the prefix-caching block manager: hand-worked literals, collisions, runs,
+random invariants."""
 
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, rule
 
 from kvplan.memory.paged import BlockManager, FreeBlockQueue, OutOfBlocks
-from kvplan.memory.prefix_cache import ROOT, ArrayFreeQueue, PrefixCachingBlockManager
+from kvplan.memory.prefix_cache import ROOT, ArrayFreeQueue, BlockPool, PrefixCachingBlockManager
 
 
 def refs(mgr) -> list[int]:
@@ -20,6 +22,139 @@ def refs(mgr) -> list[int]:
 
 def cached(mgr) -> list[int]:
     return [b for b in range(mgr.num_blocks) if mgr.is_cached(b)]
+
+
+# ---- the block pool -------------------------------------------------------------------------
+
+
+def test_block_pool_keeps_the_null_block_and_frees_in_the_order_given():
+    """Fails if the null block is handed out, or freed blocks do not join the back in the order
+    given (a table tail first), or a hit nobody holds does not leave the queue and count as reused."""
+    pool = BlockPool(5, null_block=True)
+    assert pool.null_block == 0 and list(pool.free_list) == [1, 2, 3, 4] and pool.num_free_blocks == 4
+    table = pool.get_new_blocks(3).tolist()
+    assert table == [1, 2, 3] and pool.ref_count.tolist() == [0, 1, 1, 1, 0]
+    pool.cache_full_blocks(table[:2], ["a", "ab"])
+    pool.free_blocks(table[::-1])
+    assert list(pool.free_list) == [4, 3, 2, 1]  # the shared head last: evicted last
+    assert pool.match_prefix(["a", "ab", "abc"]) == [1, 2] and pool.match_prefix(["b"]) == []
+    assert pool.num_unheld([1, 2]) == 2
+    assert pool.touch([1, 2]) == 2 and list(pool.free_list) == [4, 3]
+    assert pool.touch([1]) == 0 and pool.ref_count[1] == 2
+    assert pool.stats().blocks_reused == 2
+    pool.check_invariants()
+
+
+def test_block_pool_keeps_copies_and_serves_the_oldest():
+    """Fails if two blocks computed with the same key are merged, a lookup does not take the oldest
+    copy still cached, or evicting one copy drops the other."""
+    pool = BlockPool(4)
+    a, b = pool.get_new_blocks(1).tolist() + pool.get_new_blocks(1).tolist()
+    pool.cache_full_blocks([a], ["k"])
+    pool.cache_full_blocks([b], ["k"])
+    assert pool.get_cached_block("k") == a and list(pool.cached_block_hash_to_block["k"]) == [a, b]
+    pool.free_blocks([a])
+    pool.free_blocks([b])
+    assert list(pool.free_list) == [2, 3, a, b]
+    assert pool.get_new_blocks(3).tolist() == [2, 3, a]  # a evicted on the way, b still cached
+    assert pool.get_cached_block("k") == b and pool.stats().blocks_evicted == 1
+    pool.check_invariants()
+
+
+def test_block_pool_counts_first_admissions_and_every_saved_prefill():
+    """Fails if a re-admission counts in the hit rate, or its hits are not prefill saved."""
+    pool = BlockPool(2)
+    pool.count_admission(12, 8)
+    pool.count_admission(13, 8, first=False)  # re-admitted after a recompute preemption
+    s = pool.stats()
+    assert (s.lookups, s.query_tokens, s.hit_tokens, s.prefill_tokens_saved) == (1, 12, 8, 16)
+    assert s.hit_rate == pytest.approx(8 / 12)
+
+
+class PlainPool:
+    """vLLM's block pool one block at a time in an OrderedDict: the oracle for BlockPool."""
+
+    def __init__(self, num_blocks: int, null_block: bool) -> None:
+        self.queue = OrderedDict.fromkeys(range(int(null_block), num_blocks))
+        self.ref = [0] * num_blocks
+        self.key: dict[int, object] = {}
+        self.copies: dict[object, list[int]] = {}
+        self.evicted = self.reused = 0
+
+    def take(self, n: int) -> list[int]:
+        out = []
+        for _ in range(n):
+            b, _ = self.queue.popitem(last=False)
+            if b in self.key:
+                self.copies[self.key[b]].remove(b)
+                if not self.copies[self.key[b]]:
+                    del self.copies[self.key.pop(b)]
+                else:
+                    del self.key[b]
+                self.evicted += 1
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def touch(self, blocks) -> None:
+        for b in blocks:
+            if self.ref[b] == 0:
+                del self.queue[b]
+                self.reused += 1
+            self.ref[b] += 1
+
+    def free(self, ordered) -> None:
+        for b in ordered:
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.queue[b] = None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_block_pool_equals_a_plain_pool_on_random_ops(seed):
+    """Fails if BlockPool's free order, ref counts, copies, lookups or counters ever differ from
+    the block-by-block model on random take / cache / lookup-and-touch / free sequences."""
+    rng = random.Random(seed)
+    n, null = rng.randint(1, 12), rng.random() < 0.5
+    n += null
+    pool, plain = BlockPool(n, null_block=null), PlainPool(n, null)
+    tables: list[list[int]] = []
+    for _ in range(300):
+        op = rng.choice(["take", "hit", "cache", "free"])
+        if op == "take" and plain.queue:
+            k = rng.randint(0, len(plain.queue))
+            got = pool.get_new_blocks(k).tolist()
+            assert got == plain.take(k)
+            tables.append(got)
+        elif op == "hit":
+            chain = tuple(rng.choices("ab", k=3))  # a prompt's keys: its prefixes, distinct
+            keys = [chain[:j + 1] for j in range(rng.randint(1, 3))]
+            hits = pool.match_prefix(keys)
+            expect = []
+            for key in keys:
+                if key not in plain.copies:
+                    break
+                expect.append(plain.copies[key][0])
+            assert hits == expect
+            pool.touch(hits)
+            plain.touch(hits)
+            tables.append(list(hits))
+        elif op == "cache" and tables:
+            table = rng.choice(tables)
+            new = [b for b in table if b not in plain.key]
+            keys = [tuple(rng.choices("ab", k=rng.randint(1, 3))) for _ in new]
+            pool.cache_full_blocks(new, keys)
+            for b, key in zip(new, keys):
+                plain.key[b] = key
+                plain.copies.setdefault(key, []).append(b)
+        elif op == "free" and tables:
+            table = tables.pop(rng.randrange(len(tables)))
+            pool.free_blocks(table[::-1])
+            plain.free(table[::-1])
+        assert list(pool.free_list) == list(plain.queue) and pool.ref_count.tolist() == plain.ref
+        assert {k: list(v) for k, v in pool.cached_block_hash_to_block.items()} == plain.copies
+        assert (pool.blocks_evicted, pool.blocks_reused) == (plain.evicted, plain.reused)
+        pool.check_invariants()
 
 
 # ---- hand-worked literals (B = 4, a pool of 5 blocks) ---------------------------------------
@@ -35,7 +170,8 @@ def test_two_requests_share_a_two_block_prefix():
     assert mgr.tables["B"] == [0, 1, 3]
     assert refs(mgr) == [2, 2, 1, 1, 0] and list(mgr.free_list) == [4]
     s = mgr.stats()
-    assert (s.requests, s.queries, s.hits, s.blocks_reused) == (2, 19, 8, 0)
+    assert (s.lookups, s.query_tokens, s.hit_tokens, s.blocks_reused) == (2, 19, 8, 0)
+    assert s.prefill_tokens_saved == s.hit_tokens  # nothing is admitted twice
     assert s.hit_rate == pytest.approx(8 / 19)
     assert mgr.num_stored_tokens == 10 + 1  # B's own token in block 3; the prefix counted once
     mgr.check_invariants()
@@ -369,7 +505,7 @@ def test_random_ops_keep_every_invariant_and_every_token(seed):
         harness_step(h)
         h.check()
     s = h.mgr.stats()
-    assert 0 <= s.hits <= s.queries
+    assert 0 <= s.hit_tokens <= s.query_tokens
 
 
 class PrefixCacheMachine(RuleBasedStateMachine):

@@ -128,7 +128,7 @@ def test_replay_equals_an_independent_lru(seed):
     num_blocks = rng.randint(1, 40)
     got = replay_prefix_cache([chunk(prompts, ids, hash_size)], num_blocks, block_size)
     want = reference_lru(prompts, ids, num_blocks, block_size, hash_size)
-    assert (got.requests, got.skipped, got.stats.hits, got.stats.queries) == want
+    assert (got.requests, got.skipped, got.stats.hit_tokens, got.stats.query_tokens) == want
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -137,7 +137,7 @@ def test_an_infinite_cache_hits_every_prefix_seen_before(seed):
     rng = random.Random(seed)
     prompts, ids = random_trace(rng, 80, 8, partial_ids=True)
     got = replay_prefix_cache([chunk(prompts, ids, 8)], 10_000, 4, max_running=3)
-    assert got.stats.hits == seen_before_hits(prompts, ids, 4, 8)
+    assert got.stats.hit_tokens == seen_before_hits(prompts, ids, 4, 8)
     assert got.stats.blocks_evicted == 0
 
 
@@ -155,7 +155,7 @@ def test_agentic_sample_in_an_infinite_cache():
     ids = [h for c in chunks for h in c.hash_ids]
     assert trace.num_requests == len(prompts) == 370 - 6 + 44 + 12
     got = replay_prefix_cache(chunks, 2_000_000, 16)
-    assert got.stats.hits == seen_before_hits(prompts, ids, 16, 64)
+    assert got.stats.hit_tokens == seen_before_hits(prompts, ids, 16, 64)
     assert 0.8 < got.hit_rate < 1  # agentic sessions resend their whole history
 
 
@@ -172,7 +172,7 @@ def test_mooncake_head_against_the_independent_lru():
     for num_blocks, block_size in ((300, 512), (2000, 128), (6000, 32)):
         got = replay_prefix_cache(chunks, num_blocks, block_size)
         want = reference_lru(prompts, ids, num_blocks, block_size, 512)
-        assert (got.requests, got.skipped, got.stats.hits, got.stats.queries) == want
+        assert (got.requests, got.skipped, got.stats.hit_tokens, got.stats.query_tokens) == want
 
 
 def test_concurrent_requests_share_blocks_in_use():
@@ -181,11 +181,11 @@ def test_concurrent_requests_share_blocks_in_use():
     reqs = chunk([9, 9, 9], [[1, 2], [1, 2], [1, 2]], 4)
     both = replay_prefix_cache([reqs], 8, 4, max_running=3)
     s = both.stats
-    assert (s.hits, s.blocks_reused, s.blocks_evicted) == (16, 0, 0)  # hits on blocks in use
+    assert (s.hit_tokens, s.blocks_reused, s.blocks_evicted) == (16, 0, 0)  # hits on blocks in use
     alone = replay_prefix_cache([reqs], 8, 4, max_running=1)
-    assert (alone.stats.hits, alone.stats.blocks_reused) == (16, 4)  # revived from the free list
+    assert (alone.stats.hit_tokens, alone.stats.blocks_reused) == (16, 4)  # revived from the free list
     tight = replay_prefix_cache([reqs], 4, 4, max_running=3)  # 3 blocks each: the oldest goes early
-    assert tight.stats.hits == 16 and tight.requests == 3
+    assert tight.stats.hit_tokens == 16 and tight.requests == 3
 
 
 def test_outputs_hold_blocks_but_are_never_cached():
@@ -194,10 +194,10 @@ def test_outputs_hold_blocks_but_are_never_cached():
     off = replay_prefix_cache([reqs], 4, 4)
     on = replay_prefix_cache([reqs], 4, 4, hold_output=True)
     # Both: B reuses block 0 only (the last block of a fully cached prompt is recomputed).
-    assert (off.stats.hits, off.stats.blocks_evicted) == (4, 0)
+    assert (off.stats.hit_tokens, off.stats.blocks_evicted) == (4, 0)
     # A held 4 blocks and freed them tail first (3 2 1 0); B's prompt takes 3, its output 2 and 1,
     # evicting A's second prompt block.
-    assert (on.stats.hits, on.stats.blocks_evicted, on.stats.blocks_reused) == (4, 1, 1)
+    assert (on.stats.hit_tokens, on.stats.blocks_evicted, on.stats.blocks_reused) == (4, 1, 1)
     assert replay_prefix_cache([reqs], 3, 4, hold_output=True).skipped == 2
 
 
@@ -205,7 +205,7 @@ def test_requests_without_ids_or_larger_than_the_pool():
     """Fails if tokens without ids are shared, or a prompt larger than the pool is not skipped."""
     plain = RequestChunk(np.zeros(3), np.array([40, 40, 400]), np.zeros(3, dtype=np.int64))
     r = replay_prefix_cache([plain], 20, 4)
-    assert (r.requests, r.skipped, r.stats.hits, r.stats.queries) == (2, 1, 0, 80)
+    assert (r.requests, r.skipped, r.stats.hit_tokens, r.stats.query_tokens) == (2, 1, 0, 80)
     assert r.to_dict()["hit_rate"] == 0.0 and r.to_dict()["stats"]["queries"] == 80
 
 
@@ -213,7 +213,7 @@ def test_caching_off_never_hits():
     """Fails if enable_caching=False still serves tokens from a cache."""
     prompts, ids = random_trace(random.Random(1), 50, 8, partial_ids=False)
     r = replay_prefix_cache([chunk(prompts, ids, 8)], 100, 4, enable_caching=False)
-    assert r.stats.hits == 0 and r.requests == 50
+    assert r.stats.hit_tokens == 0 and r.requests == 50
 
 
 def test_sweep_runs_one_replay_per_size_and_reaches_the_infinite_limit():
@@ -222,7 +222,7 @@ def test_sweep_runs_one_replay_per_size_and_reaches_the_infinite_limit():
     make = lambda: [chunk(prompts, ids, 8)]  # noqa: E731
     results = hit_rate_sweep(make, [5, 50, 100_000], 4)
     assert [r.num_blocks for r in results] == [5, 50, 100_000]
-    assert results[-1].stats.hits == seen_before_hits(prompts, ids, 4, 8)
+    assert results[-1].stats.hit_tokens == seen_before_hits(prompts, ids, 4, 8)
     assert results[0].hit_rate <= results[-1].hit_rate
     with pytest.raises(KvplanError):
         hit_rate_sweep(make, [], 4)
@@ -269,7 +269,7 @@ def test_generated_prefixes_replay_like_the_set_count_and_carry_across_chunks():
                                 for i in range(0, 300, 100)), spec, np.random.default_rng(2)))
     assert sum((p.hash_ids for p in parts), []) != [] and max(whole.prompt_len) <= 600
     r = replay_prefix_cache([whole], 100_000, 4)
-    assert r.stats.hits == seen_before_hits(whole.prompt_len.tolist(), whole.hash_ids, 4, 8)
+    assert r.stats.hit_tokens == seen_before_hits(whole.prompt_len.tolist(), whole.hash_ids, 4, 8)
     assert r.hit_rate > 0.5
 
 

@@ -161,7 +161,7 @@ def test_eviction_takes_the_least_recently_freed_block_first():
     for run in (simulate, simulate_reference):
         r = run(wl, spec, record_requests=True)
         assert r.requests.columns["cached_tokens"].tolist() == [0, 0, 4]
-        assert (r.prefix.evicted, r.prefix.reused) == (2, 1)
+        assert (r.prefix.blocks_evicted, r.prefix.blocks_reused) == (2, 1)
 
 
 def test_shared_blocks_count_once_in_memory():

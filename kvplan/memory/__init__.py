@@ -2,7 +2,8 @@
 
 contiguous: one run per request, reserved up front (policies max, pow2, oracle).
 paged: a free list, block tables, reference counts, fork and copy-on-write.
-prefix_cache: automatic prefix caching on the paged allocator; free_queue: its array free list.
+prefix_cache: automatic prefix caching: vLLM's block pool (the serve reference's), its metrics, and
+  the prefix replay's block manager on it; free_queue: their array free list.
 capacity: the static capacity experiment in closed form, vectorized over a whole request stream.
 """
 
@@ -18,12 +19,13 @@ from kvplan.memory.capacity import (
 )
 from kvplan.memory.contiguous import POLICIES, Buffer, ContiguousPool, reservation
 from kvplan.memory.paged import BlockManager, FreeBlockQueue, OutOfBlocks, TokenWrite
-from kvplan.memory.prefix_cache import PrefixCacheStats, PrefixCachingBlockManager
+from kvplan.memory.prefix_cache import BlockPool, PrefixCacheStats, PrefixCachingBlockManager
 
 __all__ = [
     "BLOCK_SIZES",
     "POLICIES",
     "BlockManager",
+    "BlockPool",
     "Buffer",
     "CapacityResult",
     "ContiguousPool",

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from kvplan.errors import KvplanError, TraceError, WorkloadError
-from kvplan.replay.prefix import hit_rate_sweep
+from kvplan.replay.prefix import hit_rate_sweep, stats_dict
 from kvplan.workload.pool_rules import usable_blocks
 from kvplan.workload.prefixes import prefix_options, request_stream
 from kvplan.replay.sharing import MODES, PARENTS, sharing_savings
@@ -57,7 +57,7 @@ def prefix_document(workload: Workload, cache_blocks: Sequence[int] | None = Non
 
 
 def _prefix_row(run) -> dict:
-    stats = run.stats.to_dict()
+    stats = stats_dict(run.stats)
     return {"allocator": "paged", "label": f"paged-B{run.block_size}", "block_size": run.block_size,
             "cache_blocks": run.num_blocks, "cache_tokens": run.cache_tokens, "requests": run.requests,
             "skipped": run.skipped, "queries": stats["queries"], "hits": stats["hits"],

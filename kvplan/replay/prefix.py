@@ -56,10 +56,10 @@ def prompt_block_ids(hash_ids: Sequence[int] | None, prompt_len: int, hash_block
 
 @dataclass(frozen=True, slots=True)
 class PrefixReplayResult:
-    """One replay: the pool, the model, and the cache's counters (vLLM's definitions).
+    """One replay: the pool, the model, and the cache's counters (kvplan/memory/prefix_cache.py
+    names them; nothing is admitted twice, so prefill_tokens_saved = hit_tokens).
 
     requests: replayed; skipped: prompts (plus outputs, with hold_output) larger than the pool.
-    hit_rate = hits / queries over prompt tokens; prefill_tokens_saved = hits.
     """
 
     num_blocks: int
@@ -81,10 +81,17 @@ class PrefixReplayResult:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["stats"] = self.stats.to_dict()
+        d["stats"] = stats_dict(self.stats)
         d["hit_rate"] = self.hit_rate
         d["cache_tokens"] = self.cache_tokens
         return d
+
+
+def stats_dict(s: PrefixCacheStats) -> dict:
+    """The counters under the replay's output keys (frozen; older than the counters' names)."""
+    return {"requests": s.lookups, "queries": s.query_tokens, "hits": s.hit_tokens,
+            "blocks_reused": s.blocks_reused, "blocks_evicted": s.blocks_evicted,
+            "hit_rate": s.hit_rate, "prefill_tokens_saved": s.prefill_tokens_saved}
 
 
 def replay_prefix_cache(

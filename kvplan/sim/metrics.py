@@ -28,6 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from kvplan.errors import WorkloadError
+from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.model.step_time import STREAM_BUSY_CAP
 from kvplan.sim.inputs import SimSetup
 
@@ -37,31 +38,16 @@ TIMELINE_FIELDS = ("time", "running", "waiting", "token_states", "reserved", "in
 BREAKDOWN_KEYS = ("token_states", "reserved", "internal", "external", "free")
 
 
-@dataclass(frozen=True, slots=True)
-class PrefixCounts:
-    """Automatic prefix caching over a serve run, with vLLM's definitions.
+# The prefix cache's counters, named and defined in kvplan/memory/prefix_cache.py (PrefixCounts:
+# the older name, still imported by kvplan/sim/engine.py).
+PrefixCounts = PrefixCacheStats
 
-    lookups: requests looked up at their first admission; queries: their prompt tokens; hits:
-    those prompt tokens found cached (their prefill skipped). hits_all also counts the tokens
-    found again when a request preempted by recompute is admitted anew. evicted: cached blocks
-    taken for new data; reused: hits on a cached block that no running request held.
-    """
 
-    lookups: int
-    queries: int
-    hits: int
-    hits_all: int
-    evicted: int
-    reused: int
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / self.queries if self.queries else 0.0
-
-    def to_dict(self) -> dict:
-        return {"prefix_hit_rate": self.hit_rate, "prefill_tokens_saved": self.hits_all,
-                "lookups": self.lookups, "query_tokens": self.queries, "hit_tokens": self.hits,
-                "blocks_evicted": self.evicted, "blocks_reused": self.reused}
+def prefix_cache_dict(s: PrefixCacheStats) -> dict:
+    """The counters under the serve JSON's "prefix_cache" keys (frozen: prefix_hit_rate is hit_rate)."""
+    return {"prefix_hit_rate": s.hit_rate, "prefill_tokens_saved": s.prefill_tokens_saved,
+            "lookups": s.lookups, "query_tokens": s.query_tokens, "hit_tokens": s.hit_tokens,
+            "blocks_evicted": s.blocks_evicted, "blocks_reused": s.blocks_reused}
 
 
 @dataclass(slots=True)
@@ -87,7 +73,7 @@ class RawRun:
     timeline: np.ndarray  # (points, 8) int64, columns TIMELINE_FIELDS, time in ticks
     timeline_delta: int  # ticks between timeline points
     sent: np.ndarray | None = None  # per request, ticks the client sent it (None: its arrival)
-    prefix: PrefixCounts | None = None  # with prefix caching
+    prefix: PrefixCacheStats | None = None  # with prefix caching
     hit_tokens: np.ndarray | None = None  # with prefix caching: per request, prompt tokens hit
 
 
@@ -186,7 +172,7 @@ class ServeResult:
     breakdown: dict[str, float]  # BREAKDOWN_KEYS, fractions of the pool
     timeline: Timeline | None = None
     requests: RequestRecords | None = None
-    prefix: PrefixCounts | None = None  # None: prefix caching off
+    prefix: PrefixCacheStats | None = None  # None: prefix caching off
 
     @property
     def wasted_slots(self) -> float:
@@ -211,7 +197,7 @@ class ServeResult:
             "wasted_slots": self.wasted_slots, "utilization": self.utilization,
             "memory_breakdown": dict(self.breakdown),
             "prefix_caching": self.prefix is not None,
-            "prefix_cache": self.prefix.to_dict() if self.prefix is not None else None,
+            "prefix_cache": prefix_cache_dict(self.prefix) if self.prefix is not None else None,
         }  # fmt: skip
 
 

@@ -25,17 +25,18 @@ One step, starting at time t (vLLM v1's scheduler, with v0's swap queue):
    P + O - 1, and admission takes ceil(P / B) blocks, as vLLM's allocate_slots does). A request
    that reaches its output length finishes at the end of the step and frees its memory at once.
 
-Automatic prefix caching (paged, `prefix_caching`), vLLM V1's block pool block by block
-(`BlockPool` below): every free block waits in one queue, oldest first; a request's blocks are
-freed tail first (appended to the back), and new blocks are taken from the front, evicting a
-cached block met there. A full prompt block with an identity (`prefix_ids.py`) is cached when the
-step that fills it is scheduled (copies are not merged: two requests that computed the same
-block both cache theirs, and a lookup takes the oldest copy). A waiting request, at admission,
-looks up its identity blocks from the first, stopping at the first one not cached and keeping at
-least one prompt token to compute; it shares the blocks found (a free one leaves the queue) and
-its prefill starts after them. It needs new blocks for what it computes now plus the hit blocks
-nobody holds; if those do not fit, it waits (FCFS). Memory is counted per physical block: a block
-several running requests share counts once.
+Automatic prefix caching (paged, `prefix_caching`) runs on kvplan/memory/prefix_cache.py's
+BlockPool (vLLM V1's, whose rules and counters that module defines), with vLLM's null block when
+kept: every free block waits in one queue, oldest first; a request's blocks are freed tail first
+(appended to the back), and new blocks are taken from the front, evicting a cached block met
+there. A full prompt block with an identity (`prefix_ids.py`: its trie node is its key) is cached
+when the step that fills it is scheduled (copies are not merged: two requests that computed the
+same block both cache theirs, and a lookup takes the oldest copy). A waiting request, at
+admission, looks up its identity blocks from the first, stopping at the first one not cached and
+keeping at least one prompt token to compute; it shares the blocks found (a free one leaves the
+queue) and its prefill starts after them. It needs new blocks for what it computes now plus the
+hit blocks nobody holds; if those do not fit, it waits (FCFS). Memory is counted per physical
+block: a block several running requests share counts once.
 
 Hybrid models (vLLM's hybrid KV cache manager, `SimSetup.hybrid`): one pool of blocks shared by
 layer groups. A request holds, per full-attention group, a block per B tokens; per sliding-window
@@ -47,15 +48,16 @@ kept tokens (and whole state pages).
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from kvplan.memory.contiguous import ContiguousPool
+from kvplan.memory.prefix_cache import BlockPool
 from kvplan.model.step_time import prefill_pairs
 from kvplan.sim.inputs import SimSetup, make_setup, prepared_chunks
-from kvplan.sim.metrics import PrefixCounts, RawRun, ServeResult, build_result
+from kvplan.sim.metrics import RawRun, ServeResult, build_result
 from kvplan.sim.sampling import TIMELINE_POINTS, TimelineSampler
 from kvplan.workload.records import Workload
 from kvplan.workload.spec import AllocatorSpec
@@ -95,61 +97,6 @@ class Req:
         return self.held + n
 
 
-class BlockPool:
-    """vLLM's block pool with prefix caching, one physical block at a time."""
-
-    def __init__(self, num_blocks: int):
-        self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # free, LRU
-        self.ref = [0] * num_blocks
-        self.node: list = [None] * num_blocks  # the block node a cached block holds
-        self.copies: dict[int, list[int]] = {}  # block node -> its cached blocks, oldest first
-        self.evicted = self.reused = 0
-
-    @property
-    def num_free(self) -> int:
-        return len(self.queue)
-
-    def lookup(self, nodes: list, limit: int) -> list[int]:
-        found = []
-        for node in nodes[:limit]:
-            if node not in self.copies:
-                break
-            found.append(self.copies[node][0])
-        return found
-
-    def touch(self, blocks: list[int]) -> None:
-        for b in blocks:
-            if self.ref[b] == 0:
-                del self.queue[b]
-                self.reused += 1
-            self.ref[b] += 1
-
-    def take(self, m: int) -> list[int]:
-        out = []
-        for _ in range(m):
-            b, _ = self.queue.popitem(last=False)
-            if self.node[b] is not None:
-                copies = self.copies[self.node[b]]
-                copies.remove(b)
-                if not copies:
-                    del self.copies[self.node[b]]
-                self.node[b] = None
-                self.evicted += 1
-            self.ref[b] = 1
-            out.append(b)
-        return out
-
-    def cache(self, block: int, node) -> None:
-        self.node[block] = node
-        self.copies.setdefault(node, []).append(block)
-
-    def free(self, blocks: list[int]) -> None:
-        for b in reversed(blocks):  # tail first: a shared head outlives the tails behind it
-            self.ref[b] -= 1
-            if self.ref[b] == 0:
-                self.queue[b] = None
-
-
 class ReferenceSim:
     """One allocator, one workload, one step at a time."""
 
@@ -161,8 +108,10 @@ class ReferenceSim:
         self.next_arrival = 0
         self.free_blocks = setup.num_blocks
         self.pool = None if setup.paged else ContiguousPool(setup.slots)
-        self.blocks = BlockPool(setup.num_blocks) if setup.prefix_caching else None
-        self.lookups = self.queries = self.hits = self.hits_all = 0
+        self.blocks = None  # prefix caching: the block pool (block 0 vLLM's null block, when kept)
+        if setup.prefix_caching:
+            null = setup.sched.null_block
+            self.blocks = BlockPool(setup.num_blocks + int(null), null_block=null)
         self.cpu_used = 0
         self.t = reqs[0].arrival if reqs else 0
         self.origin = self.t
@@ -174,17 +123,22 @@ class ReferenceSim:
     # -- the loop --------------------------------------------------------------------------------
 
     def run(self) -> None:
-        while True:
-            reqs = self.reqs
-            while self.next_arrival < len(reqs) and reqs[self.next_arrival].arrival <= self.t:
-                self.waiting.append(reqs[self.next_arrival])
-                self.next_arrival += 1
-            if self.running or self.waiting or self.swapped:
-                self.step()
-            elif self.next_arrival < len(self.reqs):
-                self.idle_until(self.reqs[self.next_arrival].arrival)
-            else:
-                return
+        while self.advance():
+            pass
+
+    def advance(self) -> bool:
+        """Take in the arrivals, then one step or one idle gap; False once everything is done."""
+        reqs = self.reqs
+        while self.next_arrival < len(reqs) and reqs[self.next_arrival].arrival <= self.t:
+            self.waiting.append(reqs[self.next_arrival])
+            self.next_arrival += 1
+        if self.running or self.waiting or self.swapped:
+            self.step()
+        elif self.next_arrival < len(reqs):
+            self.idle_until(reqs[self.next_arrival].arrival)
+        else:
+            return False
+        return True
 
     def idle_until(self, until: int) -> None:
         dt = until - self.t
@@ -250,12 +204,12 @@ class ReferenceSim:
     # -- paged memory, with or without the prefix cache ------------------------------------------
 
     def num_free(self) -> int:
-        return self.blocks.num_free if self.blocks is not None else self.free_blocks
+        return self.blocks.num_free_blocks if self.blocks is not None else self.free_blocks
 
     def grow(self, req: Req, need: int, n: int) -> None:
         """A running (or resuming) request takes `need` more blocks for its `n` tokens."""
         if self.blocks is not None:
-            req.table += self.blocks.take(need)
+            req.table += self.blocks.get_new_blocks(need).tolist()
             self.register(req, req.held + n)
         else:
             self.free_blocks -= need
@@ -264,13 +218,13 @@ class ReferenceSim:
     def register(self, req: Req, upto: int) -> None:
         """Cache its identity blocks that are full once it holds `upto` tokens."""
         full = min(len(req.nodes), upto // self.s.block_size)
-        for j in range(req.cached, full):
-            self.blocks.cache(req.table[j], req.nodes[j])
-        req.cached = max(req.cached, full)
+        if full > req.cached:
+            self.blocks.cache_full_blocks(req.table[req.cached:full], req.nodes[req.cached:full])
+            req.cached = full
 
     def release(self, req: Req) -> None:
         if self.blocks is not None:
-            self.blocks.free(req.table)
+            self.blocks.free_blocks(req.table[::-1])  # tail first: a shared head outlives the tails
             req.table, req.cached = [], 0
         else:
             self.free_blocks += req.blocks
@@ -349,25 +303,22 @@ class ReferenceSim:
         if not self.s.paged:
             n = self.tokens_for(req, budget)
             return n if n and self.pool.allocate(req.rid, req.reserve) is not None else 0
-        hits = []
+        hits, unheld = [], 0
         if self.blocks is not None:
-            limit = min(len(req.nodes), (req.target - 1) // self.s.block_size)
-            hits = self.blocks.lookup(req.nodes, limit)
+            limit = min(len(req.nodes), (req.target - 1) // self.s.block_size)  # one token computed
+            hits = self.blocks.match_prefix(req.nodes[:limit])
+            unheld = self.blocks.num_unheld(hits)
         hit = len(hits) * self.s.block_size
         held = max(hit, req.preload)  # a decode replica's request arrives holding its sent KV
         n = self.tokens_for(req, budget, held)
         new = self.blocks_for(held + n) - len(hits)
-        idle = sum(1 for b in hits if self.blocks.ref[b] == 0)
-        if n == 0 or new + idle > self.num_free():
+        if n == 0 or new + unheld > self.num_free():
             return 0
         if self.blocks is not None:
             self.blocks.touch(hits)
-            req.table, req.cached, req.held, req.blocks = list(hits), len(hits), hit, len(hits)
-            self.hits_all += hit
+            self.blocks.count_admission(req.prompt, hit, first=req.admitted < 0)
+            req.table, req.cached, req.held, req.blocks = hits, len(hits), hit, len(hits)
             if req.admitted < 0:
-                self.lookups += 1
-                self.queries += req.prompt
-                self.hits += hit
                 req.hit_tokens = hit
         req.held = max(req.held, req.preload)
         req.skip = 0
@@ -450,9 +401,7 @@ class ReferenceSim:
             recomputed_tokens=self.recomputed, peak_running=self.peak,
             t_origin=self.origin, t_end=self.t, integrals=dict(self.integrals),
             timeline=self.sampler.array(), timeline_delta=self.sampler.delta,
-            prefix=None if self.blocks is None else PrefixCounts(
-                self.lookups, self.queries, self.hits, self.hits_all, self.blocks.evicted,
-                self.blocks.reused),
+            prefix=None if self.blocks is None else self.blocks.stats(),
             hit_tokens=None if self.blocks is None else col("hit_tokens"),
         )  # fmt: skip
 
@@ -465,10 +414,10 @@ def _block_nodes(ids) -> list[list[int]]:
             for end, count in zip(ends, ids.counts.tolist())]
 
 
-def simulate_reference(workload: Workload, allocator: AllocatorSpec, *, progress=None,
-                       record_requests: bool = False,
-                       timeline_points: int = TIMELINE_POINTS) -> ServeResult:
-    """Run the reference simulator: same signature and result as `engine.simulate`."""
+def reference_sim(workload: Workload, allocator: AllocatorSpec,
+                  timeline_points: int = TIMELINE_POINTS) -> tuple[ReferenceSim, int, bool]:
+    """The reference simulator loaded with the workload's requests, not run yet; also the number
+    of requests clipped and whether the API server delays them (their send ticks differ)."""
     setup = make_setup(workload, allocator)
     reqs, clipped = [], 0
     delayed = False
@@ -483,8 +432,16 @@ def simulate_reference(workload: Workload, allocator: AllocatorSpec, *, progress
                                                 sent.tolist())):
             reqs.append(Req(len(reqs), a, p, o, r, target=p, sent=t,
                             nodes=nodes[i], preload=preload[i]))
-    sim = ReferenceSim(setup, reqs, timeline_points)
+    return ReferenceSim(setup, reqs, timeline_points), clipped, delayed
+
+
+def simulate_reference(workload: Workload, allocator: AllocatorSpec, *, progress=None,
+                       record_requests: bool = False,
+                       timeline_points: int = TIMELINE_POINTS) -> ServeResult:
+    """Run the reference simulator: same signature and result as `engine.simulate`."""
+    sim, clipped, delayed = reference_sim(workload, allocator, timeline_points)
     sim.run()
+    reqs = sim.reqs
     if progress is not None:
         progress(len(reqs), len(reqs))
     raw = sim.raw(clipped)
@@ -492,4 +449,4 @@ def simulate_reference(workload: Workload, allocator: AllocatorSpec, *, progress
         from dataclasses import replace
 
         raw = replace(raw, sent=np.array([r.sent for r in reqs], dtype=np.int64))
-    return build_result(raw, setup, record_requests=record_requests)
+    return build_result(raw, sim.s, record_requests=record_requests)
