@@ -27,9 +27,9 @@ from kvplan.workload.records import (AllocatorSpec, PoolSpec, RequestChunk, Sche
 from tests.test_sim_engine import as_json
 from tests.test_sim_prefix_serve import random_prefix_workload
 
-COUNTERS = {"lookups": K.PC_LOOKUPS, "query_tokens": K.PC_QUERIES, "hit_tokens": K.PC_HITS,
-            "prefill_tokens_saved": K.PC_HITS_ALL, "blocks_evicted": K.PC_EVICTED,
-            "blocks_reused": K.PC_REUSED}
+COUNTERS = {"lookups": K.PC_LOOKUPS, "query_tokens": K.PC_QUERY_TOKENS, "hit_tokens": K.PC_HIT_TOKENS,
+            "prefill_tokens_saved": K.PC_PREFILL_SAVED, "blocks_evicted": K.PC_BLOCKS_EVICTED,
+            "blocks_reused": K.PC_BLOCKS_REUSED}
 
 
 def entry(state, e: int, field: int) -> int:
@@ -111,11 +111,8 @@ def run_in_lockstep(wl, spec) -> dict[str, int]:
     seen = {"events": 0, "copies": 0, "in_use_peak": 0}
     if state.loaded:
         state.st[K.ALL_LOADED] = 1
-        px = (state.ids, state.held, state.copies, state.ents)
         while True:
-            code = K.run(state.cfg, state.st, state.req, px, state.running, state.sched,
-                         state.requeued, state.swapped, state.run_start, state.run_len,
-                         state.timeline, state.acc, 1)
+            code = K.run(*state.kernel_args(), 1)
             while sim.steps < state.st[K.STEPS] or sim.t < state.st[K.NOW]:
                 assert sim.advance()
             if code == 0:

@@ -309,9 +309,7 @@ def test_sliding_window_blocks_by_hand():
     for _ in range(100):  # one event (a step: hybrid runs take no jumps) at a time
         if state.st[K.DONE] == 1:
             break
-        K.run(state.cfg, state.st, state.req, (state.ids, state.held, state.copies, state.ents),
-              state.running, state.sched, state.requeued, state.swapped, state.run_start, state.run_len,
-              state.timeline, state.acc, 1)
+        K.run(*state.kernel_args(), 1)
         if state.st[K.NUM_RUNNING]:
             req_before.append(int(state.req[0, K.BLOCKS]))
     assert req_before[-1] == 5 + 2

@@ -326,7 +326,7 @@ def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica]) -> F
         results.append(build_result(raw, r.setup))
         arrays.append(latency_arrays(raw, r.setup.clock.ticks_per_unit, client_frontend(raw, r.setup.clock)))
         if raw.prefix is not None:
-            hits, queries = hits + raw.prefix.hits, queries + raw.prefix.queries
+            hits, queries = hits + raw.prefix.hit_tokens, queries + raw.prefix.query_tokens
     per_unit = replicas[0].setup.clock.ticks_per_unit
     used = [r for r in replicas if r.state.loaded]
     start = min(r.state.origin for r in used)

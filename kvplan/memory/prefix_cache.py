@@ -35,8 +35,8 @@ The metrics, one name for each meaning (`PrefixCacheStats`, counted by the pool)
 Output keys are older than these names and frozen: the serve JSON's "prefix_cache" says
 prefix_hit_rate for hit_rate (kvplan/sim/metrics.py), each request's "cached_tokens" is its
 hit_tokens, and the prefix replay says requests, queries, hits for lookups, query_tokens,
-hit_tokens (kvplan/replay/). The kernel's counters are PC_LOOKUPS, PC_QUERIES (query_tokens),
-PC_HITS (hit_tokens), PC_HITS_ALL (prefill_tokens_saved), PC_EVICTED and PC_REUSED.
+hit_tokens (kvplan/replay/). The kernel's counters are PC_LOOKUPS, PC_QUERY_TOKENS (query_tokens),
+PC_HIT_TOKENS (hit_tokens), PC_PREFILL_SAVED (prefill_tokens_saved), PC_BLOCKS_EVICTED and PC_BLOCKS_REUSED.
 
 `PrefixCachingBlockManager` is the prefix replay's block manager: block tables (paged.BlockManager)
 over a BlockPool, caching a prompt's full blocks when the request is added (a replay has no
@@ -93,20 +93,6 @@ class PrefixCacheStats:
     @property
     def hit_rate(self) -> float:
         return self.hit_tokens / self.query_tokens if self.query_tokens else 0.0
-
-    # Older names, still read by kvplan/sim/engine.py and kvplan/fleet/run.py: to be dropped once
-    # they read the names above.
-    @property
-    def hits(self) -> int:
-        return self.hit_tokens
-
-    @property
-    def queries(self) -> int:
-        return self.query_tokens
-
-    @property
-    def hits_all(self) -> int:
-        return self.prefill_tokens_saved
 
 
 class BlockPool:

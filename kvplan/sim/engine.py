@@ -20,7 +20,8 @@ import numpy as np
 from kvplan.errors import WorkloadError
 from kvplan.sim import kernel as K
 from kvplan.sim.inputs import PreparedChunk, SimSetup, make_setup, prepared_chunks
-from kvplan.sim.metrics import INTEGRALS, PrefixCounts, RawRun, ServeResult, build_result
+from kvplan.memory.prefix_cache import PrefixCacheStats
+from kvplan.sim.metrics import INTEGRALS, RawRun, ServeResult, build_result
 from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
 from kvplan.workload.records import Workload
 from kvplan.workload.spec import AllocatorSpec
@@ -222,16 +223,18 @@ class KernelState:
         if len(ids.nodes):
             self.copies = _grown(self.copies, (int(ids.nodes.max()) + 1) * per, -1)
 
+    def kernel_args(self) -> tuple:
+        """The kernel's arrays, in `kernel.run`'s order (its state as of now: px grows on load)."""
+        queues = (self.running, self.sched, self.requeued, self.swapped, self.run_start, self.run_len)
+        return self.cfg, self.st, self.req, (self.ids, self.held, self.copies, self.ents), queues, self.timeline, self.acc
+
     def run(self, final: bool, progress: Callable[[int, int], None] | None = None) -> None:
         """Simulate as far as the loaded requests allow (to the end when `final`)."""
         if self.loaded == 0:
             return
         self.st[K.ALL_LOADED] = int(final)
         while True:
-            px = (self.ids, self.held, self.copies, self.ents)
-            code = K.run(self.cfg, self.st, self.req, px, self.running, self.sched, self.requeued,
-                         self.swapped, self.run_start, self.run_len, self.timeline, self.acc,
-                         EVENTS_PER_CALL)
+            code = K.run(*self.kernel_args(), EVENTS_PER_CALL)
             if progress is not None:
                 progress(int(self.st[K.DONE]), self.loaded)
             if code == 3:
@@ -265,8 +268,8 @@ class KernelState:
             integrals=integrals, timeline=self.timeline[:int(st[K.SAMPLES])].copy(),
             timeline_delta=int(st[K.SAMPLE_EVERY]),
             sent=np.concatenate(self.sent) if self.sent else None,
-            prefix=PrefixCounts(int(st[K.PC_LOOKUPS]), int(st[K.PC_QUERIES]), int(st[K.PC_HITS]),
-                                int(st[K.PC_HITS_ALL]), int(st[K.PC_EVICTED]), int(st[K.PC_REUSED]))
+            prefix=PrefixCacheStats(int(st[K.PC_LOOKUPS]), int(st[K.PC_QUERY_TOKENS]), int(st[K.PC_HIT_TOKENS]),
+                                int(st[K.PC_PREFILL_SAVED]), int(st[K.PC_BLOCKS_EVICTED]), int(st[K.PC_BLOCKS_REUSED]))
             if self.setup.prefix_caching else None,
             hit_tokens=col(K.HIT_TOKENS) if self.setup.prefix_caching else None,
         )  # fmt: skip
@@ -305,7 +308,7 @@ def simulate_all(workload: Workload, *, progress_for: Callable[[int], Callable |
     for i, spec in enumerate(workload.allocators):
         result = simulate(workload, spec, progress=progress_for(i), record_requests=record_requests)
         results.append(result)
-        if result.prefix is not None and result.prefix.hits_all > 0 and spec.prefix_caching is None:
+        if result.prefix is not None and result.prefix.prefill_tokens_saved > 0 and spec.prefix_caching is None:
             results.append(simulate(workload, replace(spec, prefix_caching=False),
                                     progress=progress_for(i), record_requests=record_requests))
     return results

@@ -108,12 +108,12 @@ E_RECYCLED = 27     # prefix caching: head of the stack of evicted entry ids (-1
 E_NEW = 28          # prefix caching: entry ids never used start here
 SHARED = 29         # prefix caching: blocks held by more than one running request, counted once less
                     # each: sum of CACHED over the running batch minus the distinct entries they hold
-PC_LOOKUPS = 30     # prefix caching: first admissions looked up
-PC_QUERIES = 31     # prefix caching: their prompt tokens
-PC_HITS = 32        # prefix caching: their prompt tokens found cached
-PC_HITS_ALL = 33    # prefix caching: tokens found cached at every admission (re-admissions too)
-PC_EVICTED = 34     # prefix caching: cached blocks evicted for new data
-PC_REUSED = 35      # prefix caching: hits on a cached block no running request held
+PC_LOOKUPS = 30         # prefix caching: first admissions looked up
+PC_QUERY_TOKENS = 31    # prefix caching: their prompt tokens
+PC_HIT_TOKENS = 32      # prefix caching: their prompt tokens found cached
+PC_PREFILL_SAVED = 33   # prefix caching: tokens found cached at every admission (re-admissions too)
+PC_BLOCKS_EVICTED = 34  # prefix caching: cached blocks evicted for new data
+PC_BLOCKS_REUSED = 35   # prefix caching: hits on a cached block no running request held
 HORIZON = 36        # before the last chunk: the run may go on to this tick even past the last
                     # arrival loaded (a fleet's router has sent it nothing before then); 0: none
 IDLE = 37           # ticks spent idle, nothing running or waiting (busy time = span - IDLE)
@@ -488,7 +488,7 @@ def evict(st, bcopy, ent, e):
         ent[c * NE + E_COPY] = ent[e * NE + E_COPY]
     ent[e * NE + E_COPY] = st[E_RECYCLED]
     st[E_RECYCLED] = e
-    st[PC_EVICTED] += 1
+    st[PC_BLOCKS_EVICTED] += 1
 
 
 @njit(cache=True)
@@ -580,7 +580,7 @@ def touch(cfg, st, req, px, rid, hits):
         if ent[e * NE + E_REF] == 0:
             q_unlink(st, ent, e)
             st[FREE_BLOCKS] -= 1
-            st[PC_REUSED] += 1
+            st[PC_BLOCKS_REUSED] += 1
         else:
             st[SHARED] += 1
         ent[e * NE + E_REF] += 1
@@ -592,13 +592,13 @@ def touch(cfg, st, req, px, rid, hits):
 def count_hits(st, req, rid, tokens):
     """rid is admitted holding `tokens` prompt tokens from the cache: its prefill starts there.
     The hit rate counts first admissions (vLLM's queries and hits); re-admissions after a
-    recompute preemption count only in PC_HITS_ALL."""
+    recompute preemption count only in PC_PREFILL_SAVED."""
     req[rid, HELD] = tokens
-    st[PC_HITS_ALL] += tokens
+    st[PC_PREFILL_SAVED] += tokens
     if req[rid, ADMITTED_AT] < 0:
         st[PC_LOOKUPS] += 1
-        st[PC_QUERIES] += req[rid, PROMPT]
-        st[PC_HITS] += tokens
+        st[PC_QUERY_TOKENS] += req[rid, PROMPT]
+        st[PC_HIT_TOKENS] += tokens
         req[rid, HIT_TOKENS] = tokens
 
 
@@ -1084,8 +1084,11 @@ def steps_before(delta, k, flat, base, slope, jstar):
 
 
 @njit(cache=True)
-def piece(cfg, st, req, running, acc, n, h0, j0, j1, d, e, alloc, final, ext):
-    """Integrals of jump steps j0..j1-1, whose durations are d + e * (j - j0)."""
+def piece(cfg, st, req, running, acc, jump, j0, j1, d, e):
+    """Integrals of jump steps j0..j1-1, whose durations are d + e * (j - j0). `jump`: what holds
+    over the whole jump (requests running, tokens held before it, contiguous reservations and
+    final lengths, external waste)."""
+    n, h0, alloc, final, ext = jump
     length = j1 - j0
     sumdt = length * d + e * sum_i(length)
     if st[SHARED] != 0:
@@ -1114,9 +1117,10 @@ def piece(cfg, st, req, running, acc, n, h0, j0, j1, d, e, alloc, final, ext):
 
 
 @njit(cache=True)
-def jump_samples(cfg, st, req, running, timeline, k, n, h0, tp, alloc, final, ext):
+def jump_samples(cfg, st, req, running, timeline, k, tp, jump):
     """Timeline samples falling inside the jump: each takes the state of its step."""
     flat, base, slope, jstar = tp
+    n, h0, alloc, final, ext = jump
     t = st[NOW]
     end = t + cum(k, flat, base, slope, jstar)
     while next_sample_at(st) < end:
@@ -1157,11 +1161,12 @@ def do_jump(cfg, st, req, px, running, requeued, run_start, run_len, timeline, a
             final += req[running[i], PROMPT] + req[running[i], OUTPUT] - 1
     ext = external(cfg, st, req, requeued, run_len)
     split = min(jstar, k)
+    jump = (n, h0, alloc, final, ext)
     if split > 0:
-        piece(cfg, st, req, running, acc, n, h0, ZERO, split, flat, ZERO, alloc, final, ext)
+        piece(cfg, st, req, running, acc, jump, ZERO, split, flat, ZERO)
     if split < k:
-        piece(cfg, st, req, running, acc, n, h0, split, k, base + slope * split, slope, alloc, final, ext)
-    jump_samples(cfg, st, req, running, timeline, k, n, h0, tp, alloc, final, ext)
+        piece(cfg, st, req, running, acc, jump, split, k, base + slope * split, slope)
+    jump_samples(cfg, st, req, running, timeline, k, tp, jump)
     end = st[NOW] + cum(k, flat, base, slope, jstar)
     taken = 0
     b = cfg[BLOCK_SIZE]
@@ -1252,10 +1257,15 @@ def try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, t
 
 
 @njit(cache=True)
-def run(cfg, st, req, px, running, sched, requeued, swapped, run_start, run_len, timeline, acc, max_events):
+def run(cfg, st, req, px, queues, timeline, acc, max_events):
     """Simulate until done (0), until more requests must be loaded (1), for max_events (2), or
     until the clock passes CLOCK_LIMIT (3). No event moves the clock by more than 2**61 ticks
-    (engine.py bounds the longest step and MAX_JUMP), so it never overflows int64."""
+    (engine.py bounds the longest step and MAX_JUMP), so it never overflows int64.
+
+    `px`: the prefix cache's four arrays (ids, held, copies, entries); `queues`: the running batch,
+    this step's schedule, the requeued and swapped queues and the contiguous free runs (start,
+    length), as KernelState keeps them."""
+    running, sched, requeued, swapped, run_start, run_len = queues
     for _ in range(max_events):
         t = st[NOW]
         if t > CLOCK_LIMIT:

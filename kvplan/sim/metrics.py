@@ -38,11 +38,6 @@ TIMELINE_FIELDS = ("time", "running", "waiting", "token_states", "reserved", "in
 BREAKDOWN_KEYS = ("token_states", "reserved", "internal", "external", "free")
 
 
-# The prefix cache's counters, named and defined in kvplan/memory/prefix_cache.py (PrefixCounts:
-# the older name, still imported by kvplan/sim/engine.py).
-PrefixCounts = PrefixCacheStats
-
-
 def prefix_cache_dict(s: PrefixCacheStats) -> dict:
     """The counters under the serve JSON's "prefix_cache" keys (frozen: prefix_hit_rate is hit_rate)."""
     return {"prefix_hit_rate": s.hit_rate, "prefill_tokens_saved": s.prefill_tokens_saved,
