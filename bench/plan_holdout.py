@@ -62,7 +62,7 @@ def fleet_check_rate(model, traffic, targets, e, seed):
         for c in first(request_stream(wl), total):
             yield replace(c, arrival=c.arrival * factor)
 
-    return run_fleet([Group("plan", e.replicas, replace(wl, extras={}))], RouterSpec("round_robin"), chunks(), seed,
+    return run_fleet([Group("plan", e.replicas, replace(wl, prefix=None, sampling=None))], RouterSpec("round_robin"), chunks(), seed,
                      total=total)
 
 

@@ -432,5 +432,5 @@ def test_disaggregated_pools_can_serve_a_tight_tpot_with_fewer_gpus():
         for c in wl.make_requests():
             yield replace(c, arrival=c.arrival / traffic.rate)
 
-    alone = run_fleet([Group("c", pd.replicas, replace(wl, extras={}))], RouterSpec("round_robin"), chunks(), 0)
+    alone = run_fleet([Group("c", pd.replicas, replace(wl, prefix=None, sampling=None))], RouterSpec("round_robin"), chunks(), 0)
     assert not targets.met_by(alone)

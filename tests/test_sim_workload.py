@@ -222,20 +222,25 @@ def test_resolver_errors_are_located(tmp_path):
     assert (err.value.line, err.value.field, err.value.file) == (6, "model", str(path))
 
 
-def test_defaults_allocators_swap_and_extras(tmp_path):
+def test_defaults_allocators_swap_and_sections(tmp_path):
     """Defaults: serve, paged B16, stem as name; block_size lists expand; reserved keys stored raw."""
     w = load_workload(write(tmp_path, SYNTH, "named.yaml"))
     assert (w.name, w.experiment, [a.label for a in w.allocators]) == ("named", "serve", ["paged-B16"])
     text = SYNTH + (
         "allocators:\n  - {kind: contiguous, policy: pow2}\n  - {kind: paged, block_size: [8, 32]}\n"
         "scheduler: {preemption: swap, swap_slots: 1000, chunked_prefill: true, max_model_len: 4096}\n"
-        "prefix: {enabled: true, whatever: [1, 2]}\nsampling: {n: 4}\n"
+        "prefix: {turns: 3, sessions: 2}\nsampling: {mode: beam, widths: [2, 8]}\n"
     )
     w = load_workload(write(tmp_path, text), resolve_model=None)
     assert [a.label for a in w.allocators] == ["contiguous-pow2", "paged-B8", "paged-B32"]
     assert w.allocators[0].max_len == 4096 and w.scheduler.swap_slots == 1000
     assert w.scheduler.max_num_batched_tokens == 8192 and w.scheduler.chunked_prefill
-    assert w.extras["prefix"] == {"enabled": True, "whatever": [1, 2]} and w.extras["sampling"] == {"n": 4}
+    shared = w.prefix.shared  # typed sections, a conversation no longer than max_model_len
+    assert (shared.turns, shared.sessions, shared.max_prompt_len) == (3, 2, 4096)
+    assert (w.sampling.mode, w.sampling.widths, w.sampling.parent) == ("beam", (2, 8), "random")
+    with pytest.raises(WorkloadError) as err:  # a key no experiment reads is refused where it stands
+        load_workload(write(tmp_path, text.replace("turns: 3", "enabled: true"), "bad.yaml"))
+    assert (err.value.field, err.value.line) == ("prefix.enabled", 10)
     w = load_workload(write(tmp_path, SYNTH + "scheduler: {preemption: swap}\nmodel: m\n"),
                       resolve_model=fake_resolver())  # fmt: skip
     assert w.scheduler.swap_slots == 4 * 2**30 // 131072

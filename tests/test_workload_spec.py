@@ -229,3 +229,15 @@ def test_only_the_yaml_reader_reads_workload_files():
         if "load_workload(" in text:
             readers.add(path.relative_to(REPO).as_posix())
     assert readers == {"kvplan/workload/schema.py", "kvplan/experiments.py"}
+
+
+def test_the_workload_a_flag_run_shows_runs_the_same(run_cli, tmp_path):
+    """--show-workload prints the workload the flags made; run as a file, it gives the same results."""
+    import json
+
+    code, out, err = run_cli("simulate", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L40S", "--rate",
+                             "6", "--prompt", "800", "--output", "64", "--count", "200", "--json", "--show-workload")
+    assert code == 0
+    path = write(tmp_path, err)
+    code, again, _ = run_cli("simulate", str(path), "--json")
+    assert code == 0 and json.loads(again)["results"] == json.loads(out)["results"]

@@ -84,16 +84,17 @@ def read_groups(workload: Workload) -> list[Group]:
         line = spec.locate(where) if spec.locate is not None else None
         own = g.overrides()
         if not own:
-            wl = replace(workload, experiment="serve", extras={}, fleet=None)
+            wl = replace(workload, experiment="serve", prefix=None, sampling=None, fleet=None)
         else:
             try:
                 wl = build_workload(replace(spec, name=f"{workload.name}:{g.name}", experiment="serve",
-                                            requests=_NO_REQUESTS, fleet=None, sections={}, **own), model_facts)
+                                            requests=_NO_REQUESTS, fleet=None, prefix=None, sampling=None, **own),
+                                           model_facts)
             except KvplanError as exc:  # name the group
                 raise WorkloadError(exc.message, file=workload.path, field=f"{where}.{exc.field}" if exc.field
                                     else where, line=line) from None
             wl = replace(wl, make_requests=workload.make_requests, num_requests=workload.num_requests,
-                         seed=workload.seed, extras={}, fleet=None)
+                         seed=workload.seed, prefix=None, sampling=None, fleet=None)
         if wl.timing.gpu_name is None:
             raise WorkloadError("a fleet's replicas need a gpu (their latencies come from its step times)",
                                 file=workload.path, field=where, line=line)

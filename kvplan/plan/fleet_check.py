@@ -47,7 +47,7 @@ def check_on_fleet(model: str, traffic: Traffic, targets: Targets, e: Evaluation
                          FLEET_SEED)
     total = min(total, wl.num_requests)
     factor = traffic.base_rate / e.served  # the rate the row serves
-    one = replace(wl, extras={})
+    one = replace(wl, prefix=None, sampling=None)  # the fleet's stream has its prefixes
     decode = None
     if transfer is not None:  # a decode pool receives its KV: no prefix caching there
         decode = replace(one, scheduler=replace(one.scheduler, prefix_caching=False))

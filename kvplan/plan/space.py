@@ -124,7 +124,7 @@ def config_workload(model: str, traffic: Traffic, config: Config, seed: int | No
     count = traffic.count
     make = lambda: first(source.make_requests(), count)  # noqa: E731
     return replace(wl, make_requests=make, num_requests=min(count, source.num_requests), seed=source.seed,
-                   extras=source.extras)
+                   prefix=source.prefix, sampling=source.sampling)
 
 
 def first(chunks, n: int):

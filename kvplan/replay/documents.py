@@ -1,4 +1,4 @@
-"""The `prefix` and `sharing` experiments of a workload: parse their sections, run, and document.
+"""The `prefix` and `sharing` experiments of a workload: run its sections and document them.
 
 experiment: prefix replays the request stream (a trace with block hashes, or synthetic requests
 given shared prefixes by the `prefix:` section) through a prefix cache of each paged allocator's
@@ -17,13 +17,8 @@ from kvplan.errors import KvplanError, TraceError, WorkloadError
 from kvplan.replay.prefix import hit_rate_sweep, stats_dict
 from kvplan.workload.pool_rules import usable_blocks
 from kvplan.workload.prefixes import prefix_options, request_stream
-from kvplan.replay.sharing import MODES, PARENTS, sharing_savings
+from kvplan.replay.sharing import MODES, sharing_savings
 from kvplan.workload.records import Workload
-from kvplan.workload.yaml_nodes import YamlMap, as_int
-
-def _section(workload: Workload, key: str) -> YamlMap | None:
-    return workload.extras.get("yaml_nodes", {}).get(key)
-
 
 def _paged_sizes(workload: Workload) -> list[int]:
     sizes = [a.block_size for a in workload.allocators if a.kind == "paged"]
@@ -67,14 +62,11 @@ def _prefix_row(run) -> dict:
 
 def sharing_document(workload: Workload) -> dict:
     """Blocks saved by fork and copy-on-write for each mode, width and paged block size."""
-    node = _section(workload, "sampling")
-    if node is None:
+    sampling = workload.sampling
+    if sampling is None:
         raise WorkloadError("the sharing experiment needs a sampling section, e.g. "
                             "{mode: beam, widths: [2, 4, 6]}", file=workload.path, field="sampling")
-    node.expect_keys("mode", "widths", "parent")
-    mode = node.get_choice("mode", (*MODES, "both"), "both")
-    widths = [as_int(w, ge=1, le=64) for w in node.get_list("widths")] if "widths" in node else [2, 4, 6]
-    parent = node.get_choice("parent", PARENTS, "random")
+    mode, widths, parent = sampling.mode, sampling.widths, sampling.parent
     prompts, outputs = _lengths(workload.make_requests())
     modes = MODES if mode == "both" else (mode,)
     rows = []

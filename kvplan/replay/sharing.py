@@ -28,9 +28,9 @@ import numpy as np
 
 from kvplan.errors import KvplanError
 from kvplan.memory.paged import BlockManager
+from kvplan.workload.spec import BEAM_PARENTS, SAMPLING_MODES
 
-MODES = ("parallel", "beam")
-PARENTS = ("random", "best")
+MODES, PARENTS = SAMPLING_MODES, BEAM_PARENTS  # the sampling section's (kvplan/workload/spec.py)
 # Kwon et al. (SOSP'23) Fig. 11b, Alpaca: input mean 19.31, output mean 58.45 tokens.
 ALPACA_PROMPT_MEAN, ALPACA_OUTPUT_MEAN = 19.31, 58.45
 

@@ -20,7 +20,8 @@ from kvplan.model.facts import ModelFacts
 from kvplan.model.vllm_memory import default_batch
 from kvplan.workload.distributions import AllAtOnce, Fixed, Lengths, Uniform, synthetic_requests
 from kvplan.workload.records import PoolSpec, SchedulerConfig, TimingConfig, Workload
-from kvplan.workload.spec import MAX_REQUESTS, MAX_SLOTS, TraceRequests, WorkloadSpec
+from kvplan.workload.checks import check_int
+from kvplan.workload.spec import MAX_REQUESTS, MAX_SLOTS, PrefixSection, TraceRequests, WorkloadSpec
 from kvplan.workload.traces import open_trace
 
 DEFAULT_MAX_MODEL_LEN = 8192
@@ -50,7 +51,8 @@ def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None
         name=spec.name, path=spec.path, seed=spec.seed, experiment=spec.experiment,
         num_requests=num_requests, pool=pool, allocators=allocators, scheduler=scheduler,
         timing=_timing(spec, model), make_requests=make, layout=layout,
-        contiguous_max_len=contiguous[0] if contiguous else mml, extras=_extras(spec), spec=spec,
+        contiguous_max_len=contiguous[0] if contiguous else mml, prefix=_prefix(spec, mml), sampling=spec.sampling,
+        spec=spec,
         fleet=spec.fleet,
     )  # fmt: skip
 
@@ -230,13 +232,17 @@ def _timing(spec: WorkloadSpec, model: ModelFacts | None) -> TimingConfig:
     return TimingConfig(**values)
 
 
-def _extras(spec: WorkloadSpec) -> dict:
-    """The prefix and sampling sections, raw and as their located nodes, for their readers."""
-    extras: dict = {}
-    for key, section in spec.sections.items():
-        extras[key] = section.to_python()
-        extras.setdefault("yaml_nodes", {})[key] = section
-    return extras
+def _prefix(spec: WorkloadSpec, mml: int) -> PrefixSection | None:
+    """The prefix section, a conversation's longest prompt at most (by default) max_model_len:
+    vLLM could not serve a longer one, and the hash ids of every turn stay bounded."""
+    section = spec.prefix
+    if section is None or section.shared is None:
+        return section
+    longest = section.shared.max_prompt_len
+    if longest is None:
+        return replace(section, shared=replace(section.shared, max_prompt_len=mml))
+    check_int(longest, "prefix.max_prompt_len", ge=1, le=mml)
+    return section
 
 
 __all__ = ["build_workload", "DEFAULT_MAX_MODEL_LEN", "ResolveModel"]

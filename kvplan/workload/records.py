@@ -14,7 +14,7 @@ from kvplan.workload.spec import AllocatorSpec
 
 if TYPE_CHECKING:
     from kvplan.model.step_time import StepModel
-    from kvplan.workload.spec import FleetSpec, WorkloadSpec
+    from kvplan.workload.spec import FleetSpec, PrefixSection, SamplingSpec, WorkloadSpec
 
 @dataclass(frozen=True, slots=True)
 class PoolSpec:
@@ -74,6 +74,7 @@ class Workload:
     make_requests: Callable[[], Iterator[RequestChunk]] = field(repr=False)
     layout: KVLayout | None = None
     contiguous_max_len: int = 8192  # the per-request limit the "max" and "pow2" policies reserve up to
-    extras: dict = field(default_factory=dict)  # the prefix and sampling sections (kvplan/workload/build._extras)
+    prefix: "PrefixSection | None" = None  # shared prefixes and the prefix replay's options
+    sampling: "SamplingSpec | None" = None  # experiment sharing: its sampling groups
     spec: "WorkloadSpec | None" = field(default=None, compare=False, repr=False)  # what it was built from
     fleet: "FleetSpec | None" = None  # experiment fleet: its replica groups, router and transfer link

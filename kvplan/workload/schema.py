@@ -57,10 +57,12 @@ from kvplan.workload.distributions import parse_arrival, parse_lengths
 from kvplan.workload.records import Workload
 from kvplan.workload.spec import AllocatorSpec
 from kvplan.workload.routing import ROUTER_KEYS, ROUTER_NAMES, RouterSpec
+from kvplan.workload.chunks import MAX_TOKENS
 from kvplan.workload.spec import (
-    EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLOTS, MIN_EFFICIENCY, POOL_KEYS, PREEMPTIONS,
-    ROLES, TIMING_MODELS, TOO_LONG, FleetSpec, GroupSpec, PoolRequest, SchedulerSpec, SyntheticRequests,
-    TimingSpec, TraceRequests, Transfer, WorkloadSpec,
+    BEAM_PARENTS, EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLOTS, MIN_EFFICIENCY, POOL_KEYS,
+    POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, TIMING_MODELS, TOO_LONG, FleetSpec, GroupSpec, PoolRequest,
+    PrefixSection, PrefixSpec, SamplingSpec, SchedulerSpec, SyntheticRequests, TimingSpec, TraceRequests, Transfer,
+    WorkloadSpec,
 )  # fmt: skip
 from kvplan.workload.traces import TRACE_FORMATS
 from kvplan.workload.yaml_nodes import YamlList, YamlMap, YamlNode, as_int, as_map, load_yaml
@@ -75,7 +77,13 @@ TRACE_KEYS = ("format", "path", "limit", "time_scale", "repeat", "too_long", "hi
 TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms", "profile")
 GROUP_KEYS = ("name", "count", "role", *GROUP_OVERRIDES)
 TRANSFER_KEYS = ("gb_per_s", "latency_s")
-SECTIONS = ("prefix", "sampling")  # read by their experiments from the located nodes
+PREFIX_KEYS = ("system_prompts", "system_prompt_len", "popularity", "zipf_a", "turns", "sessions",
+               "hash_block_size", "max_prompt_len")
+REPLAY_KEYS = ("max_running", "hold_output")  # experiment: prefix only
+SAMPLING_KEYS = ("mode", "widths", "parent")
+MAX_PREFIX_COUNT = 1 << 20  # system prompts, sessions, turns: beyond a million nothing changes
+# prefix: key -> its least value
+_PREFIX_INTS = {"system_prompts": 0, "turns": 1, "sessions": 1, "hash_block_size": 1, "max_prompt_len": 1}
 
 
 def load_workload(path: str | Path, *, resolve_model: ResolveModel | None = None, seed: int | None = None) -> Workload:
@@ -120,7 +128,8 @@ def read_spec(path: str | Path, *, seed: int | None = None) -> WorkloadSpec:
         scheduler=_scheduler(doc.get_map("scheduler", None)),
         requests=_requests(doc.get_map("requests"), base),
         timing=_timing(doc.get_map("timing", None), base),
-        sections={key: doc.get_map(key) for key in SECTIONS if key in doc},
+        prefix=_prefix(doc.get_map("prefix"), experiment) if "prefix" in doc else None,
+        sampling=_sampling(doc.get_map("sampling")) if "sampling" in doc else None,
         fleet=_fleet(doc, base) if "replicas" in doc else None,
         path=str(path), locate=lambda field: _line(doc, field),
     )
@@ -266,6 +275,39 @@ def _timing(node: YamlMap | None, base: Path) -> TimingSpec:
     if "step_overhead_ms" in node:
         values["step_overhead_ms"] = node.get_float("step_overhead_ms", ge=0, le=1e6)
     return _make(node, TimingSpec, values)
+
+
+def _prefix(node: YamlMap, experiment: str) -> PrefixSection:
+    """`prefix:`: synthetic shared prefixes (any of PREFIX_KEYS), and with experiment: prefix the
+    replay's options. max_prompt_len is checked against max_model_len by the builder."""
+    node.expect_keys(*PREFIX_KEYS, *(REPLAY_KEYS if experiment == "prefix" else ()))
+    shared: dict = {}
+    for key, lo in _PREFIX_INTS.items():
+        if key in node:
+            shared[key] = node.get_int(key, ge=lo, le=2**31 if key == "max_prompt_len" else MAX_PREFIX_COUNT)
+    if "system_prompt_len" in node:
+        lens = node.node("system_prompt_len")
+        shared["system_prompt_len"] = (
+            tuple(as_int(n, ge=1, le=MAX_TOKENS) for n in node.get_list("system_prompt_len"))
+            if isinstance(lens, YamlList) else node.get_int("system_prompt_len", ge=1, le=MAX_TOKENS))
+    if "popularity" in node:
+        shared["popularity"] = node.get_choice("popularity", POPULARITY)
+    if "zipf_a" in node:
+        shared["zipf_a"] = node.get_float("zipf_a", gt=0, le=100)
+    values = {"shared": _make(node, PrefixSpec, shared) if shared else None,
+              "max_running": node.get_int("max_running", 1, ge=1, le=1_000_000),
+              "hold_output": node.get_bool("hold_output", False)}
+    return _make(node, PrefixSection, values)
+
+
+def _sampling(node: YamlMap) -> SamplingSpec:
+    """`sampling:` of experiment sharing: {mode, widths, parent}."""
+    node.expect_keys(*SAMPLING_KEYS)
+    values = {"mode": node.get_choice("mode", (*SAMPLING_MODES, "both"), "both"),
+              "parent": node.get_choice("parent", BEAM_PARENTS, "random")}
+    if "widths" in node:
+        values["widths"] = tuple(as_int(w, ge=1, le=64) for w in node.get_list("widths"))
+    return _make(node, SamplingSpec, values)
 
 
 def _fleet(doc: YamlMap, base: Path) -> FleetSpec:

@@ -14,10 +14,13 @@ limits, max_model_len): the builder fills it in, as `vllm serve` does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable, Union
 
+import numpy as np
+
+from kvplan.errors import WorkloadError
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
 from kvplan.workload.checks import check_bool, check_choice, check_float, check_int, check_text
 from kvplan.workload.checks import fail as _fail
@@ -203,6 +206,108 @@ class TraceRequests:
 Requests = Union[SyntheticRequests, TraceRequests]
 
 
+# ---- the sections of the prefix and sharing experiments ----------------------------------------
+
+
+POPULARITY = ("uniform", "zipf")
+SAMPLING_MODES = ("parallel", "beam")  # kvplan/replay/sharing.py
+BEAM_PARENTS = ("random", "best")
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixSpec:
+    """Shared prompt starts for a synthetic workload (the YAML `prefix:` section, key for key).
+
+    system_prompts: distinct system prompts (0: none). system_prompt_len: their length in tokens
+    (one int for all, or one per prompt). popularity: uniform | zipf (prompt k is picked with
+    probability proportional to (k + 1) ** -zipf_a). turns: requests per conversation; each
+    turn's prompt is the previous turn's prompt and answer followed by the request's own new
+    tokens. sessions: conversations open at once (each request continues one of them, picked
+    uniformly). hash_block_size: tokens per generated hash id (use the simulated block size or
+    a multiple of it). max_prompt_len: a conversation that would pass it starts afresh.
+    """
+
+    system_prompts: int = 8
+    system_prompt_len: int | tuple[int, ...] = 1024
+    popularity: str = "zipf"
+    zipf_a: float = 1.2
+    turns: int = 1
+    sessions: int = 16
+    hash_block_size: int = 16
+    max_prompt_len: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, lo in (("system_prompts", 0), ("turns", 1), ("sessions", 1),
+                         ("hash_block_size", 1), ("max_prompt_len", 1)):  # fmt: skip
+            value = getattr(self, name)
+            if not (value is None and name == "max_prompt_len") and not _is_int(value, lo):
+                raise _bad(name, value, f"an integer >= {lo}")
+        lens = self.system_prompt_len
+        lens = (lens,) * self.system_prompts if _is_int(lens, 1) else lens
+        if (not isinstance(lens, (list, tuple)) or len(lens) != self.system_prompts
+                or not all(_is_int(n, 1) for n in lens)):  # fmt: skip
+            raise _bad("system_prompt_len", lens, f"{self.system_prompts} lengths >= 1, or one")
+        object.__setattr__(self, "system_prompt_len", tuple(int(n) for n in lens))
+        if self.popularity not in POPULARITY:
+            raise _bad("popularity", self.popularity, " or ".join(POPULARITY))
+        a = self.zipf_a
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 < a < float("inf"):
+            raise _bad("zipf_a", a, "a number > 0")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["system_prompt_len"] = list(self.system_prompt_len)
+        return d
+
+
+def _is_int(value, lo: int) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lo
+
+
+def _bad(name: str, value, want: str) -> WorkloadError:
+    return WorkloadError(f"got {value!r}; expected {want}", field=name)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixSection:
+    """The `prefix:` section: synthetic shared prefixes (`shared`; None: the requests' own hash
+    blocks, a trace's), and the prefix replay's options (experiment: prefix only): requests
+    resident at once, and whether a request's output is held in the cache with its prompt."""
+
+    shared: PrefixSpec | None = None
+    max_running: int = 1
+    hold_output: bool = False
+
+    def __post_init__(self) -> None:
+        if self.shared is not None and not isinstance(self.shared, PrefixSpec):
+            raise _fail("", f"expected shared prefixes, got {self.shared!r}")
+        check_int(self.max_running, "max_running", ge=1, le=1_000_000)
+        check_bool(self.hold_output, "hold_output")
+
+    @property
+    def replays(self) -> bool:
+        """Whether a replay option differs from its default."""
+        return self.max_running != 1 or self.hold_output
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingSpec:
+    """The `sampling:` section of experiment sharing: parallel sampling or beam search groups
+    ("both": each), of each width, the beam's parent rule."""
+
+    mode: str = "both"
+    widths: tuple[int, ...] = (2, 4, 6)
+    parent: str = "random"
+
+    def __post_init__(self) -> None:
+        check_choice(self.mode, (*SAMPLING_MODES, "both"), "mode")
+        if not isinstance(self.widths, tuple) or not self.widths:
+            raise _fail("widths", f"expected a list of group widths, got {self.widths!r}")
+        for i, w in enumerate(self.widths):
+            check_int(w, f"widths[{i}]", ge=1, le=64)
+        check_choice(self.parent, BEAM_PARENTS, "parent")
+
+
 # ---- fleets -------------------------------------------------------------------------------
 
 
@@ -293,9 +398,7 @@ Locate = Callable[[str], "int | None"]  # a field's line in the file the spec wa
 class WorkloadSpec:
     """A workload as declared: what is served, what arrives, what is compared, and how.
 
-    `sections` holds the sections of the later experiments (`prefix`, `sampling`) as their
-    readers take them (kvplan/workload/prefixes.py, kvplan/replay/). `path` is the file it was
-    read from ("" when made in code), `locate` the line of a field in it."""
+    `path` is the file it was read from ("" when made in code), `locate` the line of a field in it."""
 
     name: str
     pool: PoolRequest
@@ -310,7 +413,8 @@ class WorkloadSpec:
     scheduler: SchedulerSpec = SchedulerSpec()
     timing: TimingSpec = TimingSpec()
     fleet: FleetSpec | None = None
-    sections: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    prefix: PrefixSection | None = None
+    sampling: SamplingSpec | None = None
     path: str = ""
     locate: Locate | None = field(default=None, compare=False, repr=False)
 
@@ -333,6 +437,8 @@ class WorkloadSpec:
             raise _fail("replicas", f"applies to experiment: fleet, and this is experiment: {self.experiment}")
         if self.fleet is None and self.experiment == "fleet":
             raise _fail("replicas", "a fleet needs `replicas:`, a list of replica groups")
+        if self.prefix is not None and self.prefix.replays and self.experiment != "prefix":
+            raise _fail("prefix.max_running", f"applies to experiment: prefix, and this is experiment: {self.experiment}")
 
 
 def spec_fields(cls) -> tuple[str, ...]:

@@ -62,7 +62,7 @@ def _changed(record, default) -> list[tuple[str, str]]:
 
 def spec_yaml(spec: WorkloadSpec) -> str:
     """The YAML text of `spec` (see the module docstring for what can be written)."""
-    if spec.fleet is not None or spec.sections:
+    if spec.fleet is not None or spec.prefix is not None or spec.sampling is not None:
         raise ValueError("a fleet or a prefix/sampling section is not written back")
     lines = [f"name: {spec.name}", f"experiment: {spec.experiment}", f"seed: {spec.seed}"]
     if spec.model is not None:
