@@ -494,26 +494,30 @@ def vllm_memory(out: Out) -> str:
     import yaml
 
     text = out["vllm-memory"]
-    logs = len(yaml.safe_load((ROOT / "tests/data/vllm_startup_logs.yaml").read_text(encoding="utf-8"))["logs"])
-    fitted = len(re.findall(r"^\S+\s+fitted\s", text, re.M))
-    held = [line for line in text.splitlines() if re.match(r"^\S+\s+held out\s", line)]
-    worst = max(abs(float(x)) for line in held for x in re.findall(r"\(([-+]\d+\.\d)%\)", line))
-    kv = [(float(a), float(b)) for line in held for a, b in re.findall(r"(-?\d+\.\d+) / -?\d+\.\d+ \(([-+]\d+\.\d+)\)", line)]
-    summary = re.search(r"held out: median \|error\| weights (\S+) over (\d+), KV (\S+) over (\d+) .*?verdicts right "
-                        r"(\d+) of (\d+)", text)
-    require(summary is not None, "bench/vllm_memory_fidelity.py no longer prints its held-out summary")
-    w, wn, k, kn, right, of = summary.groups()
-    require(len(kv) == int(kn), "the held-out KV rows are not the ones the summary counts")
-    inside = all(abs(d) <= max(0.05 * abs(logged), 1.0) for logged, d in kv)
+    logs = yaml.safe_load((ROOT / "tests/data/vllm_startup_logs.yaml").read_text(encoding="utf-8"))["logs"]
+    sources = len({e.get("source_group") or e["source"] for e in logs})
+    medians = {part: re.search(rf"{part}: median \|error\| weights (\S+) over (\d+), KV (\S+) over (\d+)", text)
+               for part in ("fit", "held out")}
+    require(all(medians.values()), "bench/vllm_memory_fidelity.py no longer prints its medians per part")
+    holds = dict(re.findall(r"^  (fit|held out) +(\d+ of +\d+) \(", text, re.M))
+    require(set(holds) == {"fit", "held out"}, "bench/vllm_memory_fidelity.py no longer prints the cases that hold")
+    causes = re.findall(r"^  cause (\w+) \((fit|held out)\) +(\d+) of +(\d+)", text, re.M)
+    verdict = [(int(a), int(b)) for cause, _, a, b in causes if cause == "verdict"]
     tokens, tn = re.search(r"median \|error\| of the token line (\S+) over (\d+)", text).groups()
     token_logs = text.split("log (from its logged pool)")[-1].split("median |error| of the token line")[0]
     require("gemma-3" in token_logs, "no hybrid Gemma 3 among the logs of the token line")
-    return prose(f"**vLLM's start-up memory** (`python bench/vllm_memory_fidelity.py`, {logs} cited logs, {fitted} used to "
-            f"fit the one constant): on the held-out logs the weights are within {w} (median of {wn}, at most "
-            f"{worst:.1f}%), \"Available KV cache memory\" within a median {k} of {kn} logs ("
-            f"{'every one' if inside else 'not every one'} inside max(5%, 1 GiB)), the start/fail verdict right in "
-            f"{right} of {of}, and vLLM's token and concurrency lines, from the pool a log states, within a median "
-            f"{tokens} of {tn} logs (a hybrid Gemma 3 among them).")
+    w, wn, k, kn = medians["held out"].groups()
+    fw, fwn, fk, fkn = medians["fit"].groups()
+    return prose(f"**vLLM's start-up memory** (`python bench/vllm_memory_fidelity.py`, {len(logs)} cited logs from "
+                 f"{sources} sources, held out by source: a third of the sources no constant was checked on): on the "
+                 f"held-out logs the weights are within a median {w} (of {wn}) and \"Available KV cache memory\" "
+                 f"within {k} (of {kn}); on the rest {fw} (of {fwn}) and {fk} (of {fkn}). Cases that hold every target "
+                 f"they state (weights within 5%, the pool within max(10%, 0.5 GiB), tokens and concurrency within "
+                 f"10%, the verdict exact): {' '.join(holds['held out'].split())} held out, "
+                 f"{' '.join(holds['fit'].split())} of the rest; the start/fail verdict right in "
+                 f"{sum(a for a, _ in verdict)} of {sum(b for _, b in verdict)}. vLLM's token and concurrency lines, "
+                 f"from the pool a log states, are within a median {tokens} of {tn} logs (a hybrid Gemma 3 among "
+                 "them).")
 
 
 FIDELITY_ROWS = (  # README row, the bench's section and row, its column

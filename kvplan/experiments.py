@@ -92,9 +92,14 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
     if not gpu.strip():
         raise UsageError("expected a GPU of the catalog (kvplan gpus), got an empty name", field="--gpu")
     longest = p + o if max_model_len is None else max_model_len
-    report = size(model, gpu=gpu, tp=tp, tokens=longest, kv_dtype=kv_dtype, explore=False).report
+    run = size(model, gpu=gpu, tp=tp, tokens=longest, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs or None,
+               max_num_batched_tokens=max_num_batched_tokens or None, enable_prefix_caching=prefix_caching is not False,
+               explore=False)  # vLLM's start-up pool at the run's own scheduler settings
+    report, context = run.report, run.layout.max_context
     if not report.fits:
-        raise UsageError(f"vLLM would not serve it: {report.reason or 'one request does not fit'}", field="--model")
+        beyond = context is not None and longest > context  # the lengths asked for, not the model
+        raise UsageError(f"vLLM would not serve it: {report.reason or 'one request does not fit'}",
+                         field="--prompt" if beyond else "--model")
     return flag_spec(lambda: WorkloadSpec(
         name="flags", experiment="serve", seed=int(seed), model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype,
         pool=PoolRequest(kv_memory=report.kv_pool_bytes),  # vLLM's Available KV cache memory (kvplan size)

@@ -199,10 +199,12 @@ def test_model_callback_pool_and_timing(tmp_path):
     assert w.scheduler.max_model_len == 8192  # the layout's max_context
     assert w.timing.gpu_name == "H100-80GB" and w.timing.kv_bytes_per_token == 131072
     assert w.timing.peak_flops == 989e12 and w.timing.weight_bytes == 16 * 10**9
-    util = text.replace("kv_memory: 16GiB", "gpu_memory_utilization: 0.9")
+    util = text.replace("kv_memory: 16GiB", "gpu_memory_utilization: 0.9, engine: none")
     w = load_workload(write(tmp_path, util), resolve_model=fake_resolver())
-    assert w.pool.kv_bytes == int(0.9 * 80 * 2**30) - 16 * 10**9
-    too_small = text.replace("kv_memory: 16GiB", "gpu_memory_utilization: 0.1")
+    assert w.pool.kv_bytes == int(0.9 * 80 * 2**30) - 16 * 10**9  # the bare bound, asked for
+    with pytest.raises(WorkloadError, match="engine: none"):  # vLLM's pool needs the model's config
+        load_workload(write(tmp_path, util.replace(", engine: none", "")), resolve_model=fake_resolver())
+    too_small = text.replace("kv_memory: 16GiB", "gpu_memory_utilization: 0.1, engine: none")
     with pytest.raises(WorkloadError, match="do not fit"):
         load_workload(write(tmp_path, too_small), resolve_model=fake_resolver())
     too_long = text + "scheduler: {max_model_len: 9000}\n"

@@ -194,9 +194,10 @@ def test_llama_31_8b_on_an_a100_40gb_matches_its_log():
 
 
 def test_gpt_oss_120b_on_one_h100_does_not_start_as_vllm_says():
-    """Fitted part: at vLLM's defaults the profile leaves nothing ("No available memory for the
-    cache blocks", logged -2.14 GiB)."""
-    r = size("openai/gpt-oss-120b", gpu="H100-80GB")
+    """vllm-project/vllm#23278: at vLLM's defaults the profile leaves nothing ("No available memory
+    for the cache blocks", logged -2.14 GiB). The log states no release; it was posted in August
+    2025, the time of 0.10, so the rules of the releases before CUDA graphs came out of the pool."""
+    r = size("openai/gpt-oss-120b", gpu="H100-80GB", vllm_version="0.11")
     assert r.fits is False and r.reason.startswith("No available memory for the cache blocks")
 
 

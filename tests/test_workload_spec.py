@@ -241,3 +241,30 @@ def test_the_workload_a_flag_run_shows_runs_the_same(run_cli, tmp_path):
     path = write(tmp_path, err)
     code, again, _ = run_cli("simulate", str(path), "--json")
     assert code == 0 and json.loads(again)["results"] == json.loads(out)["results"]
+
+
+@pytest.mark.parametrize("model, tp, seqs", [("meta-llama/Llama-3.1-8B-Instruct", 1, 128),
+                                             ("google/gemma-3-12b-it", 1, None),
+                                             ("Qwen/Qwen3-32B", 2, 64)])
+def test_a_files_gpu_memory_utilization_is_vllms_start_up_pool(tmp_path, model, tp, seqs):
+    """`pool: {gpu_memory_utilization: u}` means what it means to vLLM: the pool it allocates at
+    start-up with the file's scheduler (kvplan size's usable blocks at the same settings); with
+    `engine: none` the bare bound u x memory - weights."""
+    from kvplan.experiments import load
+    from kvplan.model.size import size
+    from kvplan.sim.inputs import make_setup
+
+    sched = f"scheduler: {{max_model_len: 4096{f', max_num_seqs: {seqs}' if seqs else ''}}}\n"
+    text = (f"model: {model}\ngpu: H100-80GB\ntp: {tp}\npool: {{gpu_memory_utilization: 0.9}}\n" + sched
+            + "requests: {count: 10, prompt: {dist: fixed, value: 100}, output: {dist: fixed, value: 10}}\n")
+    wl = load(write(tmp_path, text))
+    report = size(model, gpu="H100-80GB", tp=tp, tokens=4096, gpu_memory_utilization=0.9, max_num_seqs=seqs,
+                  explore=False).report
+    setup = make_setup(wl, wl.allocators[0])
+    assert wl.pool.kv_bytes // wl.pool.bytes_per_slot == report.kv_pool_bytes // wl.pool.bytes_per_slot
+    assert setup.num_blocks == (report.usable_blocks if report.vllm_num_blocks is None else report.vllm_num_blocks - 1)
+    bare = load(write(tmp_path, text.replace("0.9}", "0.9, engine: none}"), "bare.yaml"))
+    from kvplan.model.gpus import get_gpu
+
+    assert bare.pool.kv_bytes == int(0.9 * get_gpu("H100-80GB").memory_bytes) - report.weight_bytes
+    assert bare.pool.kv_bytes > wl.pool.kv_bytes  # the activation peak, non-torch memory, CUDA graphs

@@ -109,6 +109,7 @@ def run_spec(server: Server, run: Run) -> WorkloadSpec:
 
     longest = int(math.ceil(run.mean_prompt + run.mean_output)) + 1
     report = size(server.model, gpu=server.gpu, tp=server.tp, tokens=max(longest, 4096), kv_dtype=server.kv_dtype,
+                  max_num_seqs=server.max_num_seqs or None, max_num_batched_tokens=server.max_num_batched_tokens or None,
                   explore=False).report
     if not report.fits:
         raise UsageError(f"vLLM would not serve it: {report.reason or 'one request does not fit'}", field="--model")

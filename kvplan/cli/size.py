@@ -17,7 +17,7 @@ def size(
     batch: Annotated[int, typer.Option(help="Concurrent requests to check.")] = 1,
     gpu: Annotated[Optional[str], typer.Option(help="GPU from the catalog (see `kvplan gpus`), or a list to compare: H100-80GB,H200,L40S.")] = None,
     gpu_memory_utilization: Annotated[Optional[float], typer.Option(help="Share of GPU memory vLLM may use, with --gpu (default: the release's, 0.92 since vLLM 0.21, 0.9 before; 0.92 with --engine none).")] = None,
-    kv_memory: Annotated[Optional[str], typer.Option(help="KV memory per GPU with its unit, e.g. 40GiB or 40GB (instead of --gpu).")] = None,
+    kv_memory: Annotated[Optional[str], typer.Option(help="The KV pool per GPU with its unit, e.g. 40GiB or 40GB, as vLLM's --kv-cache-memory-bytes (with --gpu: vLLM's batch defaults for it).")] = None,
     block_size: Annotated[int, typer.Option(help="Paged KV block size in tokens.")] = 16,
     engine: Annotated[str, typer.Option(help="vllm: the KV pool vLLM will log at start-up, and whether it starts; none: GPU memory x utilization less the weights.")] = "vllm",
     quantization: Annotated[Optional[str], typer.Option(help="vLLM's online quantization of a bf16 checkpoint: fp8.")] = None,
@@ -26,6 +26,7 @@ def size(
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs.")] = False,
     vllm_version: Annotated[str, typer.Option(help="The vLLM release whose rules apply (0.9 on; from 0.21 CUDA graphs come out of the pool).")] = "0.29",
     enable_prefix_caching: Annotated[bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching (on by default); hybrid Mamba-style models then keep two state pages per request.")] = True,
+    allow_long_max_model_len: Annotated[bool, typer.Option("--allow-long-max-model-len", help="As vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a --tokens above the model's context starts (without it vLLM refuses it).")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Bytes of KV per token and per request, and what fits on a GPU.
@@ -37,7 +38,8 @@ def size(
     options = dict(tokens=tokens, kv_dtype=kv_dtype, batch=batch, gpu_memory_utilization=gpu_memory_utilization,
                    kv_memory=kv_memory, block_size=block_size, engine=engine, quantization=quantization,
                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                   enforce_eager=enforce_eager, vllm_version=vllm_version, enable_prefix_caching=enable_prefix_caching)
+                   enforce_eager=enforce_eager, vllm_version=vllm_version, enable_prefix_caching=enable_prefix_caching,
+                   allow_long_max_model_len=allow_long_max_model_len)
     gpus = parse_list(gpu, "--gpu") if gpu is not None else [None]
     tps = [int(t) for t in parse_list(tp, "--tp", integers=True)]
     if len(gpus) * len(tps) > 1:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvplan.errors import UsageError
-from kvplan.model.dtypes import DTYPE_BITS, dtype_bits
+from kvplan.model.dtypes import DTYPE_BITS, dtype_bits, kv_dtype_name
 from kvplan.model.layout import KVLayout, LayerGroup
 from kvplan.model.spec import LayerSpec, ModelSpec
 
@@ -28,7 +28,7 @@ def build_layout(spec: ModelSpec, kv_dtype: str = "auto", tp: int = 1) -> KVLayo
     """Group the model's layers by what they keep, sized for one of `tp` GPUs."""
     if not 1 <= tp <= MAX_TP:
         raise UsageError(f"expected an integer from 1 to {MAX_TP:,}, got {tp}", field="tp")
-    name = spec.dtype if kv_dtype == "auto" else kv_dtype
+    name = spec.dtype if kv_dtype == "auto" else kv_dtype_name(kv_dtype)
     bits = dtype_bits(name)
     state_bits = DTYPE_BITS[spec.dtype]
     counts: dict[LayerSpec, int] = {}

@@ -29,7 +29,14 @@ CONFIG_DTYPE_NAMES: dict[str, str] = {
     "int8": "int8",
 }
 
-KV_DTYPE_CHOICES = ("auto", *DTYPE_BITS)
+# vLLM's --kv-cache-dtype spellings of the same formats (fp8_e4m3 is what `fp8` means on CUDA).
+KV_DTYPE_ALIASES: dict[str, str] = {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+KV_DTYPE_CHOICES = ("auto", *DTYPE_BITS, *KV_DTYPE_ALIASES)
+
+
+def kv_dtype_name(name: str) -> str:
+    """Our name of a KV dtype as given (vLLM's spellings included)."""
+    return KV_DTYPE_ALIASES.get(name, name)
 
 
 def dtype_bits(name: str) -> int:

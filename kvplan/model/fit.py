@@ -25,7 +25,7 @@ from kvplan.errors import UsageError
 from kvplan.model.gpus import GPU
 from kvplan.model.layout import KVLayout
 from kvplan.model.vllm_kv_groups import KVGroups, is_hybrid, kv_groups, longest_fitting
-from kvplan.model.vllm_memory import (SERVE_BATCH_LARGE, EngineOptions, StartupMemory, max_len_reason,
+from kvplan.model.vllm_memory import (SERVE_BATCH_LARGE, EngineOptions, StartupMemory, default_batch, max_len_reason,
                                       no_kv_reason, startup_memory, weights_reason)
 
 MAX_TOKENS = 2**31  # the longest request searched for when a model states no context
@@ -123,7 +123,10 @@ def size_model(
     else:  # weights larger than the GPU's share leave no pool at all (never a negative one)
         pool = max(int(gpu.memory_bytes * gpu_memory_utilization) - per_gpu_weights, 0)
     fit = pool_fit(layout, pool, tokens, block_size)
-    batched = memory.max_num_batched_tokens if memory else SERVE_BATCH_LARGE[0]  # no GPU: the H100 default
+    # the batch a sliding-window group's blocks per request follow: vLLM's for the GPU, the one
+    # asked for, or without either the H100 default
+    batched = (memory.max_num_batched_tokens if memory else engine_options.max_num_batched_tokens
+               or (default_batch(gpu.name, gpu.cuda_memory_bytes)[0] if gpu else SERVE_BATCH_LARGE[0]))
     if groups is not None:
         fit["vllm_concurrency"] = groups.concurrency(pool, tokens, batched)
         fit["vllm_kv_cache_tokens"] = groups.kv_cache_tokens(pool, tokens, batched,

@@ -10,7 +10,7 @@ from kvplan.model.dtypes import KV_DTYPE_CHOICES
 from kvplan.model.fit import SizeReport, size_model
 from kvplan.model.layout import KVLayout
 from kvplan.model.resolve import load_spec
-from kvplan.model.vllm_memory import VLLM_RELEASE, EngineOptions, release_rules
+from kvplan.model.vllm_memory import VLLM_RELEASE, EngineOptions, long_max_len_reason, release_rules
 from kvplan.model.weights import engine_shape, estimate_weights
 from kvplan.units import parse_count, parse_size
 
@@ -57,6 +57,7 @@ def size(
     enforce_eager: bool = False,
     vllm_version: str = VLLM_RELEASE,
     enable_prefix_caching: bool = True,
+    allow_long_max_model_len: bool = False,
     explore: bool = True,
 ) -> SizeRun:
     """Everything `kvplan size` prints, as data; bad options raise KvplanError naming the option.
@@ -80,8 +81,9 @@ def size(
     if gpu_memory_utilization is not None and gpu is None:
         raise UsageError("applies only with --gpu (the pool is then that share of its memory, less the weights)",
                          field="--gpu-memory-utilization")
-    if gpu is not None and kv_memory is not None:
-        raise UsageError("give --gpu (with --gpu-memory-utilization) or --kv-memory, not both", field="--kv-memory")
+    if gpu_memory_utilization is not None and kv_memory is not None:
+        raise UsageError("give --gpu-memory-utilization or --kv-memory (the pool itself, as vLLM's "
+                         "--kv-cache-memory-bytes), not both", field="--kv-memory")
     gpu_spec = None
     if gpu is not None:
         from kvplan.model.gpus import get_gpu
@@ -109,6 +111,8 @@ def size(
                         kv_memory=kv_bytes, **common)
     if spec.max_context is not None and report.tokens > spec.max_context:
         notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")
+        if report.kv_pool_bytes is not None and engine == "vllm" and kv_bytes is None and not allow_long_max_model_len:
+            report = replace(report, fits=False, reason=long_max_len_reason(report.tokens, spec.max_context))
     run = SizeRun(report, layout, tuple(notes))
     if report.kv_pool_bytes is None or kv_bytes is not None or not explore:
         return run
@@ -116,14 +120,15 @@ def size(
                     block_size=block_size, engine=engine, quantization=quantization,
                     max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                     enforce_eager=enforce_eager, vllm_version=vllm_version,
-                    enable_prefix_caching=enable_prefix_caching)
+                    enable_prefix_caching=enable_prefix_caching, allow_long_max_model_len=allow_long_max_model_len)
     at = {}
     for length in COMMON_CONTEXTS:
         if length != report.tokens and (spec.max_context is None or length <= spec.max_context):
             other = size_model(layout, tokens=length, batch=1, **common)
             at[length] = round(other.vllm_concurrency, 2) if other.reason is None else 0.0
     run = replace(run, concurrency_at=at)
-    if not report.fits:
+    beyond = spec.max_context is not None and report.tokens > spec.max_context and not allow_long_max_model_len
+    if not report.fits and not beyond:  # past the context no other GPU or TP degree would do
         run = replace(run, would_fit=_would_fit(model, gpu_spec.name, tp, fit_args))
     return run
 

@@ -11,31 +11,39 @@ where `total` is what CUDA reports to the process (`torch.cuda.mem_get_info()[1]
 than nvidia-smi's figure), the activation peak is PyTorch's peak allocation during the profiling
 run above what the weights hold, and the non-torch increase is memory allocated outside PyTorch
 while profiling (cuBLAS and attention workspaces; NCCL and custom all-reduce buffers at tp > 1).
-Before release 0.21 CUDA graphs were captured after the KV cache was allocated, in the memory
-the utilization leaves over, so they did not shrink the pool. Since 0.21 (vllm-project/vllm#38284,
-March 2026) vLLM captures them once against a dummy KV cache while profiling, logs "Estimated CUDA
-graph memory: X GiB total" and takes that from the pool too; the same change raised the default
-utilization from 0.9 to 0.92. `--vllm-version` picks the rules (default: VLLM_RELEASE, the
+Before release 0.20 CUDA graphs were captured after the KV cache was allocated, in the memory
+the utilization leaves over, so they did not shrink the pool. Since 0.20 (vllm-project/vllm#38284:
+0.18-0.19 had it behind VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, the 0.20.0 wheel turns it on,
+though its log line says "default since v0.21.0") vLLM captures them once against a dummy KV
+cache while profiling, logs "Estimated CUDA graph memory: X GiB total" and takes that from the
+pool too; the same change raised the default utilization from 0.9 to 0.92. `--vllm-version` picks the rules (default: VLLM_RELEASE, the
 current release; its CLI reference says "If unspecified, will use the default value of 0.92",
 https://docs.vllm.ai/en/stable/cli/serve/). Prefix caching, on by default, also changes what a
 hybrid recurrent-state model keeps per request (kvplan/model/vllm_kv_groups.py): since the
 releases that cache Mamba state ("align" mode) one request holds two state pages per group.
 
 The activation peak is modelled from the tensors alive at the two peaks of vLLM's profiling run
-(`profile_run` in vllm/v1/worker/gpu_model_runner.py: `_dummy_run(max_num_tokens)`, whose
-intermediate tensors are freed when the forward returns and only its hidden states survive, then
-`_dummy_sampler_run` over one row per request). The peak is the larger of the two, not their sum
-(each term is a count of live tensors, not a fitted curve):
+(`profile_run` in vllm/v1/worker/gpu_model_runner.py, every release 0.10-0.33: `_dummy_run` of
+max_num_batched_tokens tokens spread over R = min(max_num_seqs, max_num_batched_tokens) dummy
+requests, whose intermediate tensors are freed when the forward returns while its hidden states
+stay alive, then `_dummy_sampler_run` over the R rows, one per request, inside the measured
+window). The peak is the larger of the two, not their sum:
 
     forward = N x (A_HIDDEN x hidden + A_MLP x mlp_width / tp) x act_bytes
-    sampler = N x hidden x act_bytes + S x vocab x A_LOGITS x 4 B
+    sampler = (N + R) x hidden x act_bytes + R x vocab x k(release)
     peak = max(forward, sampler)
 
-with N = max_num_batched_tokens, S = min(max_num_seqs, N), mlp_width the widest MLP a token
-passes (the dense intermediate size, or top_k x the expert intermediate size plus shared experts
-for MoE), and the sampler's float32 words per logit. A_HIDDEN and A_MLP are tensor counts;
-A_LOGITS is the one constant set from logs (two of them, named below); every other cited log in
-tests/data/vllm_startup_logs.yaml is held out (bench/vllm_memory_fidelity.py prints both parts).
+The logits are the full vocabulary on every rank (the vocab-parallel head is all-gathered, so
+the sampler term does not shrink with TP) and are not chunked. k, the bytes the sampler holds
+per logit, follows the sampler path of the release (SAMPLER_BYTES): the V1 runner's top-k/top-p
+over a full sort (bf16 logits, their float32 copy, sorted values and int64 indices, the sort's
+temporary buffer and index input: 38 B; four sources of the corpus with the whole breakdown give
+38.3-38.6) up to 0.16; the in-place Triton top-k/top-p kernel (0.17 on) and FlashInfer's sampler
+(the default from 0.21): about 14 B. (The V2 model runner, every model's from 0.29, profiles a
+sampler pass without top-k/top-p, 2 B a logit, until 0.33; the corpus's 0.29 logs, gpt-oss-20b on
+L4s, leave about 2 GiB more than that would, so 0.29 keeps the 14 B until logs with the whole
+breakdown show where it goes.) The dummy requests of the profile (temperature 0.5, top-p 0.9, top-k
+the vocabulary less one) take the costliest path of each release.
 
 The verdicts use vLLM's own wording (vllm/v1/core/kv_cache_utils.py):
 - the weights alone pass the GPU: loading ends in CUDA out of memory;
@@ -53,7 +61,8 @@ from kvplan.errors import UsageError
 
 GiB = 2**30
 VLLM_RELEASE = "0.29"  # the current release (v0.29.0, September 2026), whose rules are the default
-GRAPHS_PROFILED_SINCE = 21  # minor release from which CUDA graph memory comes out of the pool
+GRAPHS_PROFILED_SINCE = 20  # minor release from which CUDA graph memory comes out of the pool (the
+# 0.20.0 wheel already turns VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on, though its log says 0.21)
 # "GPU KV cache size" of a hybrid model: a 0.13 log (gemma-3-1b-it) prints num_blocks // groups x
 # block, a 0.24 log (a gated-DeltaNet hybrid) the group-aware int(concurrency x max_model_len);
 # releases between take the older form until a log shows otherwise.
@@ -73,8 +82,9 @@ class ReleaseRules:
 
 
 def release_number(release: str) -> tuple[int, int] | None:
-    """(major, minor) of a vLLM release as written ("0.11", "0.21.1", "v0.29.0"); None for anything else."""
-    match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,3})?(?:\.post\d+|rc\d+|\.dev\d+)*(?:\+[\w.]+)?",
+    """(major, minor) of a vLLM release as written ("0.11", "0.21.1", "v0.29.0", "0.10.1.1"); None for
+    anything else."""
+    match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,3}){0,2}(?:\.post\d+|rc\d+|\.dev\d+)*(?:\+[\w.]+)?",
                          str(release).strip())
     return (int(match.group(1)), int(match.group(2))) if match else None
 
@@ -95,23 +105,47 @@ DEFAULT_UTILIZATION = release_rules(VLLM_RELEASE).default_utilization  # vLLM's 
 # Live tensors at the activation peak (see the module docstring).
 A_HIDDEN = 4  # residual stream, its normed copy, attention output, one more hidden-sized buffer
 A_MLP = 3  # the gate_up projection's output (2 x width) and the activation's output (1 x width)
-# The sampler's dummy pass over S rows of the whole vocabulary holds, per logit, float32 copies
-# for the logits, their temperature-scaled form, the softmax, the log-softmax (logprobs) and the
-# top-k/top-p sort (values plus int64 indices): 4+4+4+4+4+8 = 28 bytes, 7 words, plus the
-# temporaries of top-p (the cumulative sum, the masks) that count leaves out. The two gpt-oss-120b
-# logs on one H100 (the fitted part of the corpus, where the sampler dominates: a 201,088-token
-# vocabulary x 1,024 rows) say 11 words (both within 0.13 GiB), so 11 it is.
-A_LOGITS = 11
-# Non-torch memory allocated while profiling: cuBLAS/attention workspaces, plus at tp > 1 the
-# NCCL and custom all-reduce buffers. 0.25 GiB is the middle of the 0.1-0.35 GiB the tp=1 logs
-# of the corpus show; 1 GiB at tp > 1 is a round figure the corpus does not yet pin down (its
-# two tp=2 logs say 0.25 and 3.58 GiB).
-NON_TORCH_TP1 = int(0.25 * GiB)
+# Bytes the profile's sampler pass holds per logit (see the module docstring), by release:
+# (first minor release, bytes).
+SAMPLER_BYTES = ((10, 38), (17, 14))
+# Non-torch memory allocated while profiling: cuBLAS and attention workspaces, lazily loaded
+# kernels; 0.1 GiB at tp=1, as the corpus's whole breakdowns show it (0.07-0.14 GiB: llm-d's H100
+# runs, a Qwen3-4B log of 0.10.2). At tp > 1 also the NCCL communicator the logits' all-gather
+# creates on its first use inside the profile (up to 0.26) and NCCL's lazily made connections:
+# llm-d's two tp=2 logs show 0.54-0.55 GiB, other reports about 2 GiB (the init-time buffers count
+# too before 0.11); 1 GiB stays until logs that state their release pin it down.
+NON_TORCH_TP1 = int(0.1 * GiB)
 NON_TORCH_TP = int(1.0 * GiB)
-# CUDA graphs (outside the pool, so they change no prediction): a rough estimate of a base plus a
-# share per layer; no log in the corpus states the capture's size yet.
+# CUDA graphs: a base plus a share per layer at vLLM's default capture sizes up to 512, scaled by
+# how many sizes are captured (the capture's memory is its largest graph plus a little per graph
+# more: vLLM's own estimate, profile_cudagraph_memory, counts it so).
 CUDA_GRAPH_BASE = int(0.25 * GiB)
 CUDA_GRAPH_PER_LAYER = int(0.008 * GiB)
+CUDA_GRAPH_CAP = 512  # the largest default capture size (min(2 x max_num_seqs, 512, max_num_batched_tokens))
+GPT_OSS_CAPTURE = 1024  # gpt-oss models capture up to 1,024 whatever max_num_seqs is (vLLM's override)
+
+
+def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, cap: int | None = None) -> list[int]:
+    """vLLM's default CUDA graph capture sizes (VllmConfig._set_cudagraph_sizes, 0.11.1 on): 1, 2,
+    4, then steps of 8 to 248 and of 16 from 256, up to min(2 x max_num_seqs, 512) or `cap`, and
+    never above max_num_batched_tokens."""
+    top = min(cap if cap is not None else min(2 * max_num_seqs, CUDA_GRAPH_CAP), max_num_batched_tokens)
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max(top, 256) + 1, 16))
+    return [n for n in sizes if n <= top]
+
+
+def sampler_bytes(release: str) -> int:
+    """Bytes per logit of the profile's sampler pass in `release` (SAMPLER_BYTES)."""
+    major, minor = release_number(release) or (0, 0)
+    minor = 10_000 if major > 0 else minor
+    return [b for since, b in SAMPLER_BYTES if minor >= since][-1]
+
+
+def cuda_graph_memory(layers: int, max_num_seqs: int, max_num_batched_tokens: int, cap: int | None = None) -> int:
+    """CUDA graph memory of vLLM's default capture (see CUDA_GRAPH_BASE)."""
+    full = len(capture_sizes(CUDA_GRAPH_CAP, CUDA_GRAPH_CAP * 2))
+    share = len(capture_sizes(max_num_seqs, max_num_batched_tokens, cap)) / full
+    return int((CUDA_GRAPH_BASE + CUDA_GRAPH_PER_LAYER * layers) * share)
 
 
 SERVE_BATCH_LARGE = (8192, 1024)  # (max_num_batched_tokens, max_num_seqs), see default_batch
@@ -174,24 +208,26 @@ class StartupMemory:
 
 
 def activation_peak(hidden: int, mlp_width: int, vocab: int, tp: int, act_bytes: int,
-                    tokens: int, seqs: int) -> int:
+                    tokens: int, seqs: int, release: str = VLLM_RELEASE) -> int:
     """Peak activation bytes of vLLM's profiling run (see the module docstring)."""
+    rows = min(seqs, tokens)
     forward = tokens * (A_HIDDEN * hidden + A_MLP * -(-mlp_width // tp)) * act_bytes
-    sampler = tokens * hidden * act_bytes + min(seqs, tokens) * vocab * A_LOGITS * 4
+    sampler = (tokens + rows) * hidden * act_bytes + rows * vocab * sampler_bytes(release)
     return max(forward, sampler)
 
 
 def startup_memory(*, total: int, gpu_name: str, weights: int, hidden: int, mlp_width: int,
                    vocab: int, layers: int, tp: int, act_bytes: int,
-                   options: EngineOptions) -> StartupMemory:
+                   options: EngineOptions, model_type: str = "") -> StartupMemory:
     tokens, seqs = default_batch(gpu_name, total)
     tokens = options.max_num_batched_tokens or tokens
     seqs = options.max_num_seqs or seqs
     rules = options.rules
     requested = int(total * options.utilization)
-    activation = activation_peak(hidden, mlp_width, vocab, tp, act_bytes, tokens, seqs)
+    activation = activation_peak(hidden, mlp_width, vocab, tp, act_bytes, tokens, seqs, rules.release)
     non_torch = NON_TORCH_TP if tp > 1 else NON_TORCH_TP1
-    graphs = 0 if options.enforce_eager else CUDA_GRAPH_BASE + CUDA_GRAPH_PER_LAYER * layers
+    cap = GPT_OSS_CAPTURE if model_type == "gpt_oss" else None
+    graphs = 0 if options.enforce_eager else cuda_graph_memory(layers, seqs, tokens, cap)
     kv = requested - weights - activation - non_torch - (graphs if rules.graphs_in_pool else 0)
     return StartupMemory(total, options.utilization, requested, weights, activation, non_torch, kv,
                          graphs, rules.graphs_in_pool, tokens, seqs, rules.release)
@@ -209,6 +245,15 @@ def max_len_reason(max_model_len: int, needed: int, available: int, estimated: i
             f"({needed / GiB:.2f} GiB KV cache is needed, which is larger than the available KV cache "
             f"memory ({available / GiB:.2f} GiB). {estimate}Try increasing `gpu_memory_utilization` or "
             "decreasing `max_model_len` when initializing the engine.")
+
+
+def long_max_len_reason(max_model_len: int, context: int) -> str:
+    """vLLM's refusal of a max_model_len above the model's (ModelConfig's max-length check, which
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 turns into a warning)."""
+    return (f"User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len "
+            f"({context}) of the model's config.json. To allow overriding this limit, set "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (with caution: positions past it are not what the model was "
+            "trained on).")
 
 
 def weights_reason(weights: int, total: int) -> str:

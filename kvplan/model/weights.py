@@ -227,7 +227,8 @@ def moe_layers(spec: ModelSpec) -> tuple[int, int]:
 def engine_shape(spec: ModelSpec) -> dict:
     """The sizes vLLM's profiling run depends on (kvplan/model/vllm_memory.py): the hidden size,
     the widest MLP one token passes (dense intermediate, or top_k experts plus shared ones),
-    the vocabulary, the layers and the activation bytes."""
+    the vocabulary, the layers, the activation bytes, and the model type (gpt-oss captures CUDA
+    graphs of its own sizes)."""
     cfg = ConfigReader(spec.raw, spec.source)
     experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", default=0, positive=False)
     width = 0
@@ -238,7 +239,7 @@ def engine_shape(spec: ModelSpec) -> dict:
     if not experts or any(cfg.has(k) for k in DENSE_KEYS):
         width = max(width, _dense_intermediate(spec, cfg))
     return dict(hidden=spec.hidden_size, mlp_width=width, vocab=spec.vocab_size, layers=len(spec.layers),
-                act_bytes=max(DTYPE_BITS[spec.dtype] // 8, 2))
+                act_bytes=max(DTYPE_BITS[spec.dtype] // 8, 2), model_type=spec.model_type)
 
 
 def _mxfp4_layout_bytes(spec: ModelSpec, cfg: ConfigReader, experts: int, bits: float) -> int:

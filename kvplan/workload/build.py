@@ -40,8 +40,8 @@ def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None
     model = _model(spec, resolve_model)
     layout = model.layout if model is not None else None
     bytes_per_slot = layout.bytes_per_token if layout is not None else None
-    pool = _pool(spec, model, bytes_per_slot)
     scheduler = _scheduler(spec, layout, bytes_per_slot, model.gpu if model is not None else None)
+    pool = _pool(spec, model, bytes_per_slot, scheduler)
     mml = scheduler.max_model_len
     num_requests, make = _requests(spec, mml)
     allocators = tuple(replace(a, max_len=mml) if a.kind == "contiguous" and a.max_len is None else a
@@ -76,7 +76,8 @@ def _model(spec: WorkloadSpec, resolve_model: ResolveModel | None) -> ModelFacts
     return resolved
 
 
-def _pool(spec: WorkloadSpec, model: ModelFacts | None, bytes_per_slot: int | None) -> PoolSpec:
+def _pool(spec: WorkloadSpec, model: ModelFacts | None, bytes_per_slot: int | None,
+          scheduler: SchedulerConfig) -> PoolSpec:
     asked = spec.pool
     key = asked.key
     where = f"pool.{key}"
@@ -93,7 +94,8 @@ def _pool(spec: WorkloadSpec, model: ModelFacts | None, bytes_per_slot: int | No
         if gpu is None:
             raise _fail(where, "gpu_memory_utilization needs a gpu")
         weights = int(model.weight_bytes or 0)
-        kv = int(util * gpu.memory_bytes) - weights
+        kv = int(util * gpu.memory_bytes) - weights if asked.engine == "none" else _startup_pool(
+            model, util, scheduler, where)
         if kv <= 0:
             raise _fail(where, f"the weights ({weights / 2**30:.1f} GiB) do not fit in {util:g} of "
                                f"the GPU's {gpu.memory_bytes / 2**30:.1f} GiB")  # fmt: skip
@@ -101,6 +103,20 @@ def _pool(spec: WorkloadSpec, model: ModelFacts | None, bytes_per_slot: int | No
     if not 1 <= slots <= MAX_SLOTS:
         raise _fail(where, f"gives {slots} token slots; expected 1 to 2^40 ({MAX_SLOTS})")
     return PoolSpec(slots, bytes_per_slot, kv)
+
+
+def _startup_pool(model: ModelFacts, util: float, scheduler: SchedulerConfig, where: str) -> int:
+    """The KV pool vLLM allocates at start-up at `util` with the scheduler's settings (`kvplan size`'s,
+    kvplan/model/vllm_memory.py); an error in vLLM's words where it would not start."""
+    report = model.startup(max_model_len=scheduler.max_model_len, gpu_memory_utilization=util,
+                           max_num_batched_tokens=scheduler.max_num_batched_tokens,
+                           max_num_seqs=scheduler.max_num_seqs, enable_prefix_caching=scheduler.prefix_caching)
+    if report is None:
+        raise _fail(where, "the pool vLLM allocates at start-up needs the model's config; give `engine: none` "
+                           "for the bare bound (utilization x GPU memory - weights)")
+    if report.reason is not None:
+        raise _fail(where, f"vLLM would not start: {report.reason}")
+    return int(report.kv_pool_bytes)
 
 
 def _scheduler(spec: WorkloadSpec, layout, bytes_per_slot, gpu=None) -> SchedulerConfig:

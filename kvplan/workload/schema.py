@@ -59,7 +59,7 @@ from kvplan.workload.spec import AllocatorSpec
 from kvplan.workload.routing import ROUTER_KEYS, ROUTER_NAMES, RouterSpec
 from kvplan.workload.chunks import MAX_TOKENS
 from kvplan.workload.spec import (
-    BEAM_PARENTS, EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLOTS, MIN_EFFICIENCY, POOL_KEYS,
+    BEAM_PARENTS, EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLOTS, MIN_EFFICIENCY, POOL_ENGINES, POOL_KEYS,
     POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, TIMING_MODELS, TOO_LONG, FleetSpec, GroupSpec, PoolRequest,
     PrefixSection, PrefixSpec, SamplingSpec, SchedulerSpec, SyntheticRequests, TimingSpec, TraceRequests, Transfer,
     WorkloadSpec,
@@ -170,7 +170,7 @@ def _line(node: YamlNode, field: str) -> int | None:
 
 
 def _pool(node: YamlMap) -> PoolRequest:
-    node.expect_keys(*POOL_KEYS)
+    node.expect_keys(*POOL_KEYS, "engine")
     key = node.exactly_one(*POOL_KEYS)
     if key == "slots":
         value = node.get_int("slots", ge=1, le=MAX_SLOTS)
@@ -178,7 +178,10 @@ def _pool(node: YamlMap) -> PoolRequest:
         value = node.get_size("kv_memory", gt=0)
     else:
         value = node.get_float(key, gt=0, le=1)
-    return _make(node, PoolRequest, {key: value})
+    values = {key: value}
+    if "engine" in node:
+        values["engine"] = node.get_choice("engine", POOL_ENGINES)
+    return _make(node, PoolRequest, values)
 
 
 def _scheduler(node: YamlMap | None) -> SchedulerSpec:

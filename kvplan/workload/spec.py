@@ -73,18 +73,26 @@ class AllocatorSpec:
 
 
 POOL_KEYS = ("slots", "kv_memory", "gpu_memory_utilization")
+POOL_ENGINES = ("vllm", "none")
 
 
 @dataclass(frozen=True, slots=True)
 class PoolRequest:
     """The KV pool asked for: exactly one of token `slots`, `kv_memory` bytes, or vLLM's
-    `gpu_memory_utilization` (KV = utilization x GPU memory - weights)."""
+    `gpu_memory_utilization`: what vLLM allocates at start-up at that utilization, with the
+    workload's scheduler settings (kvplan/model/vllm_memory.py, as `kvplan size` prints it), or
+    with `engine: none` the bare bound utilization x GPU memory - weights."""
 
     slots: int | None = None
     kv_memory: int | None = None
     gpu_memory_utilization: float | None = None
+    engine: str = "vllm"  # gpu_memory_utilization: "vllm", the pool vLLM allocates at start-up (kvplan
+    #   size's); "none", the bare bound utilization x GPU memory - weights
 
     def __post_init__(self) -> None:
+        check_choice(self.engine, POOL_ENGINES, "engine")
+        if self.engine != "vllm" and self.gpu_memory_utilization is None:
+            raise _fail("engine", "applies to gpu_memory_utilization (the pool of slots or kv_memory is given)")
         present = [k for k in POOL_KEYS if getattr(self, k) is not None]
         if not present:
             raise _fail("", f"needs exactly one of: {', '.join(POOL_KEYS)}")
