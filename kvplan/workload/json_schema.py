@@ -66,7 +66,8 @@ def _requests() -> dict:
 def workload_schema() -> dict:
     """The schema as a plain dict (JSON-serialisable)."""
     pool = {"oneOf": [_closed({"slots": COUNT}, ("slots",)), _closed({"kv_memory": SIZE}, ("kv_memory",)),
-                      _closed({"gpu_memory_utilization": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
+                      _closed({"gpu_memory_utilization": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                               "engine": {"enum": ["vllm", "none"]}},
                               ("gpu_memory_utilization",))]}
     allocator = {"oneOf": [
         _closed({"kind": {"const": "contiguous"}, "policy": {"enum": ["max", "pow2", "oracle"]}, "max_len": COUNT},

@@ -12,7 +12,7 @@ gpu: H100-80GB                # optional, needs model; enables the roofline time
 pool:                         # exactly one of slots | kv_memory | gpu_memory_utilization
   slots: 131072
   # kv_memory: 16GiB          #   needs model: slots = kv_memory // layout.bytes_per_token
-  # gpu_memory_utilization: 0.92  # needs model+gpu: KV = util x GPU memory - weights
+  # gpu_memory_utilization: 0.92  # needs model+gpu: vLLM's start-up pool (engine: none: util x memory - weights)
 requests:                     # synthetic: count (<= 50M), prompt, output, arrival; or a trace
   count: 500
   prompt: {dist: uniform, low: 100, high: 2000}   # + optional min (>= 1) / max
