@@ -13,7 +13,7 @@ than TP x PP), are skipped: kvplan models tensor parallelism only. A setting the
 state takes vLLM's default (the utilization of the log's release,
 max_model_len the model's context, the batch defaults of `vllm serve`). Each log is predicted
 with the rules of the release it states; a log that states none predates the corpus's newest
-entries and takes the pre-0.21 rules (vllm_memory.release_rules).
+entries and takes the rules from before CUDA graphs came out of the pool (0.11; vllm_memory.release_rules).
 
 The corpus is held out by source (`source_group`, else the thread or page): the sources the
 constants of vllm_memory.py were checked on (CALIBRATION) and two thirds of the rest, by a hash of

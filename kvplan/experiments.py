@@ -61,6 +61,10 @@ def document(workload: Workload, *, block_sizes: Sequence[int] | None = None,
 
         return serve_document(workload)
     except KvplanError as exc:
+        if workload.spec is not None and workload.spec.path:  # at the line of the field, where it has one
+            from kvplan.workload.schema import locate
+
+            raise locate(exc, workload.spec) from None
         raise exc.located(file=workload.path) from None
 
 

@@ -340,3 +340,28 @@ def spec_raw_top(model: str) -> dict:
     from kvplan.model.resolve import resolve
 
     return load_config(resolve(model).path)
+
+
+def test_every_release_from_the_oldest_has_its_sampler_bytes():
+    """0.9, the oldest release kvplan models, takes the sort path's bytes (no release is left out)."""
+    from kvplan.model.vllm_memory import OLDEST_RELEASE, sampler_bytes
+
+    assert sampler_bytes(f"0.{OLDEST_RELEASE}.2") == sampler_bytes("0.16") == 38 and sampler_bytes("0.17.1") == 14
+    assert size("meta-llama/Llama-3.1-8B-Instruct", gpu="L40S", tokens=8192, vllm_version="0.9.2").fits
+
+
+def test_a_pool_given_in_bytes_on_a_gpu_must_fit_beside_the_weights():
+    """--kv-memory with --gpu is vLLM's --kv-cache-memory-bytes: the weights must load, the pool fit
+    beside them, and max_model_len stay within the model's context."""
+    from kvplan.model.gpus import get_gpu
+
+    total = get_gpu("L40S").cuda_memory_bytes
+    assert size("meta-llama/Llama-3.1-8B-Instruct", gpu="L40S", kv_memory="20GiB", tokens=8192).fits
+    too_big = size("meta-llama/Llama-3.1-8B-Instruct", gpu="L40S", kv_memory=total, tokens=8192)
+    assert not too_big.fits and too_big.reason.startswith("CUDA out of memory allocating the KV cache")
+    heavy = size("meta-llama/Llama-3.1-70B-Instruct", gpu="L40S", kv_memory="10GiB", tokens=8192)
+    assert not heavy.fits and heavy.reason.startswith("CUDA out of memory while loading the weights")
+    long = size("meta-llama/Llama-3.1-8B-Instruct", gpu="L40S", kv_memory="20GiB", tokens=140_000)
+    assert not long.fits and long.reason.startswith("User-specified max_model_len (140000)")
+    assert size("meta-llama/Llama-3.1-8B-Instruct", gpu="L40S", kv_memory="20GiB", tokens=140_000,
+                allow_long_max_model_len=True).fits

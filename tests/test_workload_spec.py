@@ -268,3 +268,17 @@ def test_a_files_gpu_memory_utilization_is_vllms_start_up_pool(tmp_path, model, 
 
     assert bare.pool.kv_bytes == int(0.9 * get_gpu("H100-80GB").memory_bytes) - report.weight_bytes
     assert bare.pool.kv_bytes > wl.pool.kv_bytes  # the activation peak, non-torch memory, CUDA graphs
+
+
+def test_a_spec_read_from_a_file_pickles_and_writes_back(tmp_path):
+    """Specs travel to worker processes; spec_yaml keeps what changes the workload (the pool's
+    engine) and quotes a name YAML would misread."""
+    import pickle
+
+    text = SERVE.replace("name: s", 'name: "a: b #c"').replace("pool: {slots: 4096}",
+                                                              "pool: {gpu_memory_utilization: 0.9, engine: none}")
+    spec = read_spec(write(tmp_path, text))
+    again = pickle.loads(pickle.dumps(spec))
+    assert again == spec and again.locate("scheduler.max_num_seqs") == spec.locate("scheduler.max_num_seqs") == 12
+    back = read_spec(write(tmp_path, spec_yaml(spec), "back.yaml"))
+    assert back == replace(spec, path=str(tmp_path / "back.yaml")) and back.pool.engine == "none"

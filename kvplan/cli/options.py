@@ -8,6 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
-KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help="auto, fp32, bf16, fp16, fp8, int8 or int4 (auto = the config's dtype).")]
+KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help="auto, fp32, bf16, fp16, fp8, int8 or int4 (auto = the config's dtype; vLLM's fp8_e4m3 and fp8_e5m2 are fp8).")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree: KV heads split across GPUs.")]
 TimingProfileOpt = Annotated[Optional[Path], typer.Option("--timing-profile", help="Step-time constants fitted on your own runs (a file written by kvplan calibrate) instead of the shipped ones.")]

@@ -24,7 +24,7 @@ class ModelFacts:
 
     def startup(self, *, max_model_len: int, gpu_memory_utilization: float | None = None,
                 max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
-                enable_prefix_caching: bool = True, block_size: int = 16):
+                enable_prefix_caching: bool = True):
         """What vLLM allocates at start-up with these settings on this GPU, and whether it starts:
         `kvplan size`'s report (kvplan/model/fit.py; its kv_pool_bytes is the KV pool vLLM logs).
         None without a GPU or a config (a hand-made resolver's facts)."""
@@ -36,7 +36,7 @@ class ModelFacts:
 
         options = EngineOptions(gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
                                 max_num_seqs=max_num_seqs, enable_prefix_caching=enable_prefix_caching)
-        return size_model(self.layout, tokens=max_model_len, block_size=block_size, weight_bytes=self.weights.bytes,
+        return size_model(self.layout, tokens=max_model_len, weight_bytes=self.weights.bytes,
                           weight_bytes_per_gpu=self.weight_bytes, params=self.params, gpu=self.gpu,
                           gpu_memory_utilization=gpu_memory_utilization, engine="vllm", engine_options=options,
                           engine_shape=engine_shape(self.spec))

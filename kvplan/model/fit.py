@@ -115,6 +115,8 @@ def size_model(
     groups = kv_groups(layout, block_size, engine_options.state_pages) if is_hybrid(layout) else None
     if kv_memory is not None:
         pool = kv_memory
+        if gpu is not None and engine == "vllm":  # vLLM's --kv-cache-memory-bytes on this GPU
+            reason = _given_pool_verdict(per_gpu_weights, kv_memory, gpu.cuda_memory_bytes)
     elif engine == "vllm":
         memory = startup_memory(total=gpu.cuda_memory_bytes, gpu_name=gpu.name, weights=per_gpu_weights,
                                 tp=layout.tp, options=engine_options, **engine_shape)
@@ -190,6 +192,16 @@ def pool_fit(layout: KVLayout, pool: int, tokens: int, block_size: int) -> dict:
         vllm_kv_cache_tokens=int(vllm * tokens),
         longest_context=longest_context(layout, usable_bytes, block_size),
     )
+
+
+def _given_pool_verdict(weights: int, pool: int, total: int) -> str | None:
+    """A pool given in bytes on a GPU: the weights must load, and the pool must fit beside them."""
+    if weights > total:
+        return weights_reason(weights, total)
+    if weights + pool > total:
+        return (f"CUDA out of memory allocating the KV cache: the weights ({weights / 2**30:.2f} GiB) and the "
+                f"pool asked for ({pool / 2**30:.2f} GiB) pass the GPU's {total / 2**30:.2f} GiB.")
+    return None
 
 
 def longest_context(layout: KVLayout, usable_bytes: int, block_size: int) -> int:

@@ -111,7 +111,7 @@ def size(
                         kv_memory=kv_bytes, **common)
     if spec.max_context is not None and report.tokens > spec.max_context:
         notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")
-        if report.kv_pool_bytes is not None and engine == "vllm" and kv_bytes is None and not allow_long_max_model_len:
+        if report.kv_pool_bytes is not None and engine == "vllm" and not allow_long_max_model_len:
             report = replace(report, fits=False, reason=long_max_len_reason(report.tokens, spec.max_context))
     run = SizeRun(report, layout, tuple(notes))
     if report.kv_pool_bytes is None or kv_bytes is not None or not explore:

@@ -107,7 +107,7 @@ A_HIDDEN = 4  # residual stream, its normed copy, attention output, one more hid
 A_MLP = 3  # the gate_up projection's output (2 x width) and the activation's output (1 x width)
 # Bytes the profile's sampler pass holds per logit (see the module docstring), by release:
 # (first minor release, bytes).
-SAMPLER_BYTES = ((10, 38), (17, 14))
+SAMPLER_BYTES = ((OLDEST_RELEASE, 38), (17, 14))
 # Non-torch memory allocated while profiling: cuBLAS and attention workspaces, lazily loaded
 # kernels; 0.1 GiB at tp=1, as the corpus's whole breakdowns show it (0.07-0.14 GiB: llm-d's H100
 # runs, a Qwen3-4B log of 0.10.2). At tp > 1 also the NCCL communicator the logits' all-gather
@@ -198,7 +198,7 @@ class StartupMemory:
     non_torch: int
     kv: int  # requested - weights - activation - non_torch [- cuda_graphs] (negative: no start)
     cuda_graphs: int
-    cuda_graphs_in_pool: bool  # release 0.21 on: the graphs come out of the pool
+    cuda_graphs_in_pool: bool  # release 0.20 on: the graphs come out of the pool
     max_num_batched_tokens: int
     max_num_seqs: int
     release: str

@@ -6,7 +6,7 @@ name: lesson                  # default: the file name without .yaml
 seed: 0                       # default 0; one numpy default_rng(seed) per workload
 experiment: capacity          # capacity | serve | prefix | sharing | fleet (default serve)
 model: meta-llama/Meta-Llama-3-8B   # any `kvplan size` model argument (optional with pool.slots)
-kv_dtype: auto                # auto|fp32|bf16|fp16|fp8|int8|int4
+kv_dtype: auto                # auto|fp32|bf16|fp16|fp8|int8|int4 (or vLLM's fp8_e4m3, fp8_e5m2)
 tp: 1
 gpu: H100-80GB                # optional, needs model; enables the roofline time model
 pool:                         # exactly one of slots | kv_memory | gpu_memory_utilization
@@ -59,8 +59,8 @@ from kvplan.workload.spec import AllocatorSpec
 from kvplan.workload.routing import ROUTER_KEYS, ROUTER_NAMES, RouterSpec
 from kvplan.workload.chunks import MAX_TOKENS
 from kvplan.workload.spec import (
-    BEAM_PARENTS, EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLOTS, MIN_EFFICIENCY, POOL_ENGINES, POOL_KEYS,
-    POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, TIMING_MODELS, TOO_LONG, FleetSpec, GroupSpec, PoolRequest,
+    ARRIVAL_TRACES, BEAM_PARENTS, EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLOTS, MIN_EFFICIENCY, POOL_ENGINES, POOL_KEYS,
+    POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, TIMING_MODELS, TOO_LONG, UNTIMED_TRACES, FleetSpec, GroupSpec, PoolRequest,
     PrefixSection, PrefixSpec, SamplingSpec, SchedulerSpec, SyntheticRequests, TimingSpec, TraceRequests, Transfer,
     WorkloadSpec,
 )  # fmt: skip
@@ -131,7 +131,7 @@ def read_spec(path: str | Path, *, seed: int | None = None) -> WorkloadSpec:
         prefix=_prefix(doc.get_map("prefix"), experiment) if "prefix" in doc else None,
         sampling=_sampling(doc.get_map("sampling")) if "sampling" in doc else None,
         fleet=_fleet(doc, base) if "replicas" in doc else None,
-        path=str(path), locate=lambda field: _line(doc, field),
+        path=str(path), locate=Locator(doc),
     )
     if "allocators" in doc:
         values["allocators"] = _allocators(doc.get_list("allocators"))
@@ -148,6 +148,19 @@ def _make(node: YamlMap, cls, values: dict):
         field = exc.field or ""
         raise WorkloadError(exc.message, file=node.file, field=node.child_path(field) if field else node.path or None,
                             line=_line(node, field) if field else node.line) from None
+
+
+class Locator:
+    """The line of a field (dotted, with [i] for list items) in the file a spec was read from:
+    `_line` over the file's nodes (a class, not a closure, so that a spec pickles)."""
+
+    __slots__ = ("root",)
+
+    def __init__(self, root: YamlMap) -> None:
+        self.root = root
+
+    def __call__(self, field: str) -> int | None:
+        return _line(self.root, field)
 
 
 _PART = re.compile(r"\[(\d+)\]|[^.\[\]]+")
@@ -224,10 +237,11 @@ def _trace(node: YamlMap, base: Path) -> TraceRequests:
     fmt = t.get_choice("format", TRACE_FORMATS)
     t.expect_keys(*(k for k in TRACE_KEYS if k != "history" or fmt == "sharegpt"))
     values = dict(format=fmt, arrival=parse_arrival(node.get_map("arrival")) if "arrival" in node else None)
-    if values["arrival"] is not None and fmt not in ("sharegpt", "agentic", "vllm-bench"):
-        raise node.node("arrival").error(f"a {fmt} trace has its own timestamps; remove arrival")
+    if values["arrival"] is not None and fmt not in ARRIVAL_TRACES:
+        raise node.node("arrival").error(f"{'an' if fmt[0] in 'aeiou' else 'a'} {fmt} trace has its own "
+                                         "timestamps; remove arrival")
     values["limit"] = t.get_int("limit", None, ge=1)
-    if fmt in ("sharegpt", "vllm-bench") and "time_scale" in t:
+    if fmt in UNTIMED_TRACES and "time_scale" in t:
         raise t.node("time_scale").error(f"a {fmt} trace has no timestamps to scale")
     values["repeat"] = t.get_int("repeat", 1, ge=1, le=MAX_REQUESTS)
     values["path"] = t.get_input_path("path", base, folder_ok=fmt == "agentic")

@@ -14,7 +14,7 @@ limits, max_model_len): the builder fills it in, as `vllm serve` does.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Union
 
@@ -206,7 +206,8 @@ class TraceRequests:
         if self.history and self.format != "sharegpt":
             raise _fail("trace.history", "applies to sharegpt traces")
         if self.arrival is not None and self.format not in ARRIVAL_TRACES:
-            raise _fail("arrival", f"a {self.format} trace has its own timestamps; remove arrival")
+            article = "an" if self.format[0] in "aeiou" else "a"
+            raise _fail("arrival", f"{article} {self.format} trace has its own timestamps; remove arrival")
         if self.time_scale is not None and self.format in UNTIMED_TRACES:
             raise _fail("trace.time_scale", f"a {self.format} trace has no timestamps to scale")
 
@@ -447,8 +448,3 @@ class WorkloadSpec:
             raise _fail("replicas", "a fleet needs `replicas:`, a list of replica groups")
         if self.prefix is not None and self.prefix.replays and self.experiment != "prefix":
             raise _fail("prefix.max_running", f"applies to experiment: prefix, and this is experiment: {self.experiment}")
-
-
-def spec_fields(cls) -> tuple[str, ...]:
-    """The field names of a record class, in order."""
-    return tuple(f.name for f in fields(cls))

@@ -64,14 +64,15 @@ def spec_yaml(spec: WorkloadSpec) -> str:
     """The YAML text of `spec` (see the module docstring for what can be written)."""
     if spec.fleet is not None or spec.prefix is not None or spec.sampling is not None:
         raise ValueError("a fleet or a prefix/sampling section is not written back")
-    lines = [f"name: {spec.name}", f"experiment: {spec.experiment}", f"seed: {spec.seed}"]
+    lines = [f"name: {_scalar(spec.name)}", f"experiment: {spec.experiment}", f"seed: {spec.seed}"]
     if spec.model is not None:
         lines.append(f"model: {_scalar(spec.model)}")
     if spec.gpu is not None:
         lines.append(f"gpu: {_scalar(spec.gpu)}")
     lines += [f"tp: {spec.tp}", f"kv_dtype: {spec.kv_dtype}"]
     key = spec.pool.key
-    lines.append(f"pool: {_flow([(key, _scalar(getattr(spec.pool, key)))])}")
+    pool = [(key, _scalar(getattr(spec.pool, key)))] + ([("engine", spec.pool.engine)] if spec.pool.engine != "vllm" else [])
+    lines.append(f"pool: {_flow(pool)}")
     r = spec.requests
     lines.append("requests:")
     if isinstance(r, SyntheticRequests):
