@@ -96,9 +96,10 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
     if not gpu.strip():
         raise UsageError("expected a GPU of the catalog (kvplan gpus), got an empty name", field="--gpu")
     longest = p + o if max_model_len is None else max_model_len
-    run = size(model, gpu=gpu, tp=tp, tokens=longest, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs or None,
-               max_num_batched_tokens=max_num_batched_tokens or None, enable_prefix_caching=prefix_caching is not False,
-               explore=False)  # vLLM's start-up pool at the run's own scheduler settings
+    run = flag_spec(lambda: size(  # vLLM's start-up pool at the run's own scheduler settings
+        model, gpu=gpu, tp=tp, tokens=longest, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs or None,
+        max_num_batched_tokens=max_num_batched_tokens or None, enable_prefix_caching=prefix_caching is not False,
+        explore=False))
     report, context = run.report, run.layout.max_context
     if not report.fits:
         beyond = context is not None and longest > context  # the lengths asked for, not the model
@@ -121,13 +122,15 @@ FLAG_OF = {"max_model_len": "--prompt", "kv_memory": "--model", "profile": "--ti
 
 
 def _flag(field: str | None) -> str:
-    """The flag a field of a flag-made spec came from."""
+    """The flag a field of a flag-made spec came from (a flag already named stays)."""
+    if field and field.startswith("--"):
+        return field
     key = (field or "model").split(".")[-1]
     return FLAG_OF.get(key, "--" + key.replace("_", "-"))
 
 
 def flag_spec(make):
-    """`make()`, a spec from flags, whose refusal names the flag, not a field."""
+    """`make()` (a spec from flags, or what one is made from), whose refusal names the flag, not a field."""
     try:
         return make()
     except KvplanError as exc:

@@ -173,7 +173,10 @@ def test_the_html_report_opens_in_headless_chromium(tmp_path, run_cli):
 def test_ray_gives_the_rows_of_the_local_run(planned):
     """On a local Ray instance of 2 CPUs (loopback only), the same rows in the same order, for
     the search and for the fleet checks of --router."""
+    import signal
+
     ray = pytest.importorskip("ray")
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}  # ray.init sets its own
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
         on_ray = search(MODEL, TRAFFIC, TARGETS, SPACE, BOOK, EXACT, workers=2, ray=True)
@@ -183,6 +186,8 @@ def test_ray_gives_the_rows_of_the_local_run(planned):
                                 workers=2, ray=True)
     finally:
         ray.shutdown()
+        for sig, handler in handlers.items():  # the tests after this one see the process's own
+            signal.signal(sig, handler)
     assert [e.to_dict() for e in on_ray] == [e.to_dict() for e in planned]
     local = checked(MODEL, TRAFFIC, TARGETS, planned, ["round_robin", "least_kv"], 2, book=BOOK, workers=1)
     assert [e.to_dict() for e in fleets_on_ray] == [e.to_dict() for e in local]  # the fleet checks too
