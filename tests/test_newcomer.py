@@ -129,6 +129,9 @@ def test_the_schema_accepts_every_bundled_workload_and_refuses_unknown_keys(run_
         assert not errors, (example.name, errors[:1])
     bad = yaml.safe_load((list_examples()[0].path).read_text(encoding="utf-8")) | {"schedular": {}}
     assert list(validator.iter_errors(bad))
+    for section in ({"prefix": {"enabled": True}}, {"sampling": {"mode": "greedy"}}):  # the typed sections too
+        assert list(validator.iter_errors(yaml.safe_load(list_examples()[0].path.read_text(encoding="utf-8"))
+                                          | section)), section
     wrong = {"pool": {"slots": 100}, "requests": {"count": 1, "prompt": {"dist": "fixed", "value": 5},
                                                    "output": {"dist": "gaussian"}}}
     assert list(validator.iter_errors(wrong))

@@ -63,6 +63,24 @@ def _requests() -> dict:
     return {"oneOf": [synthetic, trace]}
 
 
+def _prefix() -> dict:
+    count = {"type": "integer", "minimum": 0}
+    props = {"system_prompts": count, "system_prompt_len": {"anyOf": [COUNT, {"type": "array", "items": COUNT}]},
+             "popularity": {"enum": list(S.POPULARITY)}, "zipf_a": POSITIVE, "turns": COUNT, "sessions": COUNT,
+             "hash_block_size": COUNT, "max_prompt_len": COUNT,
+             "max_running": COUNT, "hold_output": {"type": "boolean"}}  # the last two: experiment prefix only
+    assert set(props) == {*S.PREFIX_KEYS, *S.REPLAY_KEYS}
+    return _closed(props, (), "shared prompt prefixes and, with experiment prefix, the replay's options")
+
+
+def _sampling() -> dict:
+    props = {"mode": {"enum": [*S.SAMPLING_MODES, "both"]},
+             "widths": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1, "maximum": 64}},
+             "parent": {"enum": list(S.BEAM_PARENTS)}}
+    assert set(props) == set(S.SAMPLING_KEYS)
+    return _closed(props, (), "experiment sharing: parallel sampling and beam search groups")
+
+
 def workload_schema() -> dict:
     """The schema as a plain dict (JSON-serialisable)."""
     pool = {"oneOf": [_closed({"slots": COUNT}, ("slots",)), _closed({"kv_memory": SIZE}, ("kv_memory",)),
@@ -97,8 +115,7 @@ def workload_schema() -> dict:
         "pool": pool, "requests": _requests(),
         "allocators": {"type": "array", "items": allocator, "minItems": 1},
         "scheduler": _closed(scheduler_props), "timing": _closed(timing_props),
-        "prefix": {"type": "object", "description": "experiment prefix: shared prompts (workloads/SCHEMA.md)"},
-        "sampling": {"type": "object", "description": "experiment sharing: parallel sampling and beam search"},
+        "prefix": _prefix(), "sampling": _sampling(),
         "replicas": {"type": "array", "minItems": 1, "description": "experiment fleet: replica groups",
                      "items": _closed({"name": {"type": "string"}, "count": {"type": "integer", "minimum": 1},
                                        "role": {"enum": list(S.ROLES)},
