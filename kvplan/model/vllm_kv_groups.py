@@ -156,7 +156,10 @@ def kv_groups(layout: KVLayout, block_size: int, state_pages: int = 1) -> KVGrou
 
 
 def is_hybrid(layout: KVLayout) -> bool:
-    """Layers of more than one kind, or recurrent state: vLLM's hybrid grouping applies. (Layers of
-    one kind at several shapes share one group with a page per layer, the plain arithmetic.)"""
+    """Layers of more than one kind, recurrent state, or sliding-window layers (alone too: vLLM's
+    sliding-window manager holds a request's window plus a batch of blocks, not its whole length;
+    Phi-3-mini's log, 35,648 tokens and 8.67x at 4,096, is that rule): vLLM's grouping applies.
+    (Full-attention layers at several shapes share one group with a page per layer, the plain
+    arithmetic.)"""
     kinds = {(g.kind, g.window) for g in layout.groups if g.num_layers}
-    return len(kinds) > 1 or any(kind == "state" for kind, _ in kinds)
+    return len(kinds) > 1 or any(kind in ("state", "sliding") for kind, _ in kinds)
