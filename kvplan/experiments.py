@@ -143,9 +143,4 @@ def build_flags(spec: WorkloadSpec) -> Workload:
     """The workload of a spec made from flags; an error names the flag it came from."""
     from kvplan.workload.build import build_workload
 
-    try:
-        return build_workload(spec, model_facts)
-    except KvplanError as exc:
-        if exc.file is not None:
-            raise
-        raise UsageError(exc.message, field=_flag(exc.field)) from None
+    return flag_spec(lambda: build_workload(spec, model_facts))

@@ -141,7 +141,7 @@ replicas:
 router: {policy: least_kv, sync_interval_s: 0.5}
 """
     wl = load(write(tmp_path, text))
-    assert wl.fleet.router == RouterSpec("least_kv", 0.5) and [g.count for g in wl.fleet.groups] == [2, 1]
+    assert wl.spec.fleet.router == RouterSpec("least_kv", 0.5) and [g.count for g in wl.spec.fleet.groups] == [2, 1]
     a, b = read_groups(wl)
     assert a.workload.scheduler.max_num_seqs == 64 and a.workload.timing.gpu_name == "H100-80GB"
     assert b.workload.scheduler.max_num_seqs == 16 and b.workload.timing.gpu_name == "L40S"

@@ -74,7 +74,8 @@ def read_groups(workload: Workload) -> list[Group]:
     from kvplan.model.facts import model_facts
     from kvplan.workload.build import build_workload
 
-    spec, fleet = workload.spec, workload.fleet
+    spec = workload.spec
+    fleet = spec.fleet if spec is not None else None
     if spec is None or fleet is None:
         raise WorkloadError("a fleet needs `replicas:`, a list of replica groups", file=workload.path,
                             field="replicas")
@@ -84,7 +85,7 @@ def read_groups(workload: Workload) -> list[Group]:
         line = spec.locate(where) if spec.locate is not None else None
         own = g.overrides()
         if not own:
-            wl = replace(workload, experiment="serve", prefix=None, sampling=None, fleet=None)
+            wl = replace(workload, experiment="serve", prefix=None, sampling=None)
         else:
             try:
                 wl = build_workload(replace(spec, name=f"{workload.name}:{g.name}", experiment="serve",
@@ -94,7 +95,7 @@ def read_groups(workload: Workload) -> list[Group]:
                 raise WorkloadError(exc.message, file=workload.path, field=f"{where}.{exc.field}" if exc.field
                                     else where, line=line) from None
             wl = replace(wl, make_requests=workload.make_requests, num_requests=workload.num_requests,
-                         seed=workload.seed, prefix=None, sampling=None, fleet=None)
+                         seed=workload.seed, prefix=None, sampling=None)
         if wl.timing.gpu_name is None:
             raise WorkloadError("a fleet's replicas need a gpu (their latencies come from its step times)",
                                 file=workload.path, field=where, line=line)
@@ -193,7 +194,7 @@ def simulate_fleet(workload: Workload, *, progress=None) -> FleetResult:
     """Route the workload's requests over its replicas and serve them (see the module docstring)."""
     from kvplan.workload.prefixes import request_stream
 
-    fleet = workload.fleet
+    fleet = workload.spec.fleet
     return run_fleet(read_groups(workload), fleet.router, request_stream(workload), workload.seed,
                      total=workload.num_requests, progress=progress, transfer=fleet.transfer)
 

@@ -109,10 +109,11 @@ def size(
                   engine_options=options, engine_shape=engine_shape(spec))
     report = size_model(layout, tokens=tokens if tokens is not None else spec.max_context, batch=batch,
                         kv_memory=kv_bytes, **common)
+    beyond = spec.max_context is not None and report.tokens > spec.max_context and not allow_long_max_model_len
     if spec.max_context is not None and report.tokens > spec.max_context:
         notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")
-        if report.kv_pool_bytes is not None and engine == "vllm" and not allow_long_max_model_len:
-            report = replace(report, fits=False, reason=long_max_len_reason(report.tokens, spec.max_context))
+    if beyond and report.kv_pool_bytes is not None and engine == "vllm":
+        report = replace(report, fits=False, reason=long_max_len_reason(report.tokens, spec.max_context))
     run = SizeRun(report, layout, tuple(notes))
     if report.kv_pool_bytes is None or kv_bytes is not None or not explore:
         return run
@@ -127,7 +128,6 @@ def size(
             other = size_model(layout, tokens=length, batch=1, **common)
             at[length] = round(other.vllm_concurrency, 2) if other.reason is None else 0.0
     run = replace(run, concurrency_at=at)
-    beyond = spec.max_context is not None and report.tokens > spec.max_context and not allow_long_max_model_len
     if not report.fits and not beyond:  # past the context no other GPU or TP degree would do
         run = replace(run, would_fit=_would_fit(model, gpu_spec.name, tp, fit_args))
     return run

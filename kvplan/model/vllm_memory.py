@@ -134,6 +134,9 @@ def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, cap: int | Non
     return [n for n in sizes if n <= top]
 
 
+DEFAULT_CAPTURE = capture_sizes(CUDA_GRAPH_CAP, 2 * CUDA_GRAPH_CAP)  # the sizes CUDA_GRAPH_BASE/_PER_LAYER stand for
+
+
 def sampler_bytes(release: str) -> int:
     """Bytes per logit of the profile's sampler pass in `release` (SAMPLER_BYTES)."""
     major, minor = release_number(release) or (0, 0)
@@ -143,8 +146,7 @@ def sampler_bytes(release: str) -> int:
 
 def cuda_graph_memory(layers: int, max_num_seqs: int, max_num_batched_tokens: int, cap: int | None = None) -> int:
     """CUDA graph memory of vLLM's default capture (see CUDA_GRAPH_BASE)."""
-    full = len(capture_sizes(CUDA_GRAPH_CAP, CUDA_GRAPH_CAP * 2))
-    share = len(capture_sizes(max_num_seqs, max_num_batched_tokens, cap)) / full
+    share = len(capture_sizes(max_num_seqs, max_num_batched_tokens, cap)) / len(DEFAULT_CAPTURE)
     return int((CUDA_GRAPH_BASE + CUDA_GRAPH_PER_LAYER * layers) * share)
 
 

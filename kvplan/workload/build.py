@@ -53,7 +53,6 @@ def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None
         timing=_timing(spec, model), make_requests=make, layout=layout,
         contiguous_max_len=contiguous[0] if contiguous else mml, prefix=_prefix(spec, mml), sampling=spec.sampling,
         spec=spec,
-        fleet=spec.fleet,
     )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from kvplan.workload.spec import AllocatorSpec
 
 if TYPE_CHECKING:
     from kvplan.model.step_time import StepModel
-    from kvplan.workload.spec import FleetSpec, PrefixSection, SamplingSpec, WorkloadSpec
+    from kvplan.workload.spec import PrefixSection, SamplingSpec, WorkloadSpec
 
 @dataclass(frozen=True, slots=True)
 class PoolSpec:
@@ -77,4 +77,4 @@ class Workload:
     prefix: "PrefixSection | None" = None  # shared prefixes and the prefix replay's options
     sampling: "SamplingSpec | None" = None  # experiment sharing: its sampling groups
     spec: "WorkloadSpec | None" = field(default=None, compare=False, repr=False)  # what it was built from
-    fleet: "FleetSpec | None" = None  # experiment fleet: its replica groups, router and transfer link
+    #   (experiment fleet: spec.fleet, its replica groups, router and transfer link)

@@ -27,6 +27,7 @@ from typing import Any, Iterable
 import yaml
 
 from kvplan.errors import KvplanError, WorkloadError
+from kvplan.workload.checks import bounds_text
 from kvplan.fileio import decode, expand, input_path, read_limited
 from kvplan.units import parse_size
 
@@ -215,19 +216,13 @@ class YamlMap(YamlNode):
 # ---- typed conversions of one node ---------------------------------------------------------
 
 
-def _bounds_text(kind: str, ge=None, gt=None, le=None, lt=None) -> str:
-    pairs = ((">=", ge), (">", gt), ("<=", le), ("<", lt))
-    parts = [f"{op} {v:g}" if isinstance(v, float) else f"{op} {v}" for op, v in pairs if v is not None]
-    return f"{kind} {' and '.join(parts)}".strip()
-
-
 def _check_bounds(node: YamlNode, value, kind: str, ge=None, gt=None, le=None, lt=None):
     bad = (
         (ge is not None and value < ge) or (gt is not None and value <= gt)
         or (le is not None and value > le) or (lt is not None and value >= lt)
     )  # fmt: skip
     if bad:
-        raise node.error(f"expected {_bounds_text(kind, ge, gt, le, lt)}, got {_show(node)}")
+        raise node.error(f"expected {bounds_text(kind, ge, gt, le, lt)}, got {_show(node)}")
     return value
 
 
@@ -239,7 +234,7 @@ MAX_NUMBER = 2**63
 
 
 def _number(node: YamlNode, kind: str, bounds: dict) -> int | float:
-    want = _bounds_text(kind, **bounds)
+    want = bounds_text(kind, **bounds)
     if not isinstance(node, YamlScalar) or isinstance(node.value, bool) or node.value is None:
         raise node.error(f"expected {want}, got {node.describe()}")
     value = node.value
@@ -259,7 +254,7 @@ def as_int(node: YamlNode, **bounds) -> int:
     value = _number(node, "an integer", bounds)
     if isinstance(value, float):
         if not value.is_integer():
-            raise node.error(f"expected {_bounds_text('an integer', **bounds)}, got {node.text}")
+            raise node.error(f"expected {bounds_text('an integer', **bounds)}, got {node.text}")
         value = int(value)
     return _check_bounds(node, value, "an integer", **bounds)
 
