@@ -1,12 +1,16 @@
 """The error hierarchy: every user-facing failure is a KvplanError that names where it came from.
 
 The CLI turns any KvplanError into one line on stderr and exit code 2; set KVPLAN_DEBUG=1 to see
-the traceback instead. A line is at most MAX_MESSAGE characters: a huge value is cut in the middle.
+the traceback instead. A line is at most MAX_MESSAGE characters (a huge value is cut in the
+middle), and characters a terminal would not print are shown as escapes (kvplan/text.py, the one
+sanitiser of displayed text).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from kvplan.text import MAX_MESSAGE, cut  # noqa: F401  (MAX_MESSAGE: the limit of an error line)
 
 
 class KvplanError(Exception):
@@ -44,20 +48,6 @@ class KvplanError(Exception):
             where = f"line {self.line}: "
         field = f"{self.field}: " if self.field else ""
         return cut(" ".join(f"{where}{field}{self.message}".split()))
-
-
-MAX_MESSAGE = 400  # characters of one error line; a 10 MB value in a file must not become one
-
-
-def cut(text: str, limit: int = MAX_MESSAGE) -> str:
-    """`text`, or its head and tail around a note of how much was left out; characters that a
-    terminal would not print (NUL, escapes) are shown as \\xNN."""
-    if len(text) > limit:
-        head, tail = limit * 3 // 4, limit // 8
-        text = f"{text[:head]}...[{len(text) - head - tail:,} characters cut]...{text[-tail:]}"
-    if not text.isprintable():
-        return cut("".join(c if c.isprintable() else repr(c)[1:-1] for c in text), limit)
-    return text
 
 
 class ConfigError(KvplanError):

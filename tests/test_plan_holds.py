@@ -186,9 +186,9 @@ def test_a_price_source_that_is_not_a_web_address_is_refused(tmp_path, run_cli):
                                               "source": "javascript:alert(document.domain)"}]}))
     code, out, err = run_cli("plan", MODEL, "--rate", "1", "--ttft-p99", "1", "--prices", str(prices))
     assert code == 2 and "source" in err and len(err.strip().splitlines()) == 1
-    from kvplan.report.plan_html import _link
+    from kvplan.text import html_link  # the report's links (more in tests/test_hardening_text.py)
 
-    assert "href" not in _link("javascript:alert(1)") and 'href="https://a.example/"' in _link("https://a.example/")
+    assert "href" not in html_link("javascript:alert(1)") and 'href="https://a.example/"' in html_link("https://a.example/")
 
 
 def test_a_plan_needs_a_target(run_cli):

@@ -7,6 +7,8 @@ KVPLAN_DEBUG=1 shows the traceback instead. The commands themselves are in kvpla
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
 import signal
 import sys
@@ -16,7 +18,8 @@ import warnings
 import typer
 
 from kvplan.cli.app import app
-from kvplan.errors import KvplanError, cut
+from kvplan.errors import KvplanError
+from kvplan.text import cut
 
 
 def _cli_error_types() -> tuple[type[BaseException], ...]:
@@ -57,9 +60,50 @@ def _signals_as_exceptions():
             signal.signal(s, previous)
 
 
+class _ClosedStdout(io.TextIOBase):
+    """Standard output when it was closed before kvplan started (`kvplan ... >&-`; Python then sets
+    sys.stdout to None): the first write fails as a write to a closed descriptor does, so a command
+    that prints ends in one error line (exit 2) and one that prints nothing exits 0."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+class _Discard(io.TextIOBase):
+    """Standard error when it was closed: there is nowhere to say anything; the exit code remains."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def _closed_streams() -> None:
+    """Stand-ins for a closed stdout or stderr, and /dev/null on their descriptors, so that a
+    file the command opens cannot be given descriptor 1 or 2 (and receive what a library or a
+    worker process writes to it)."""
+    for fd, name, stand_in in ((1, "stdout", _ClosedStdout), (2, "stderr", _Discard)):
+        if getattr(sys, name) is not None:
+            continue
+        setattr(sys, name, stand_in())
+        try:
+            os.fstat(fd)
+        except OSError:  # closed: hold it with /dev/null
+            with contextlib.suppress(OSError):
+                held = os.open(os.devnull, os.O_RDWR)
+                if held != fd:
+                    os.dup2(held, fd)
+                    os.close(held)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every input error into one line and exit code 2."""
     debug = os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
+    _closed_streams()
     words = sys.argv[1:] if argv is None else argv
     if not words or "--help" in words or "-h" in words:
         from kvplan.cli.app import plain_defaults

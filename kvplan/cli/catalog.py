@@ -29,7 +29,8 @@ def models(json: JsonOpt = False) -> None:
 def gpus(json: JsonOpt = False) -> None:
     """List the GPU catalog: memory, memory as CUDA reports it, HBM bandwidth, peak dense bf16."""
     from kvplan.model.gpus import GPUS
-    from kvplan.report.output import console, emit_json
+    from kvplan.report.output import console, emit_json, print_table
+    from kvplan.text import terminal
     from kvplan.units import format_bytes
 
     rows = [dict(name=g.name, memory_bytes=g.memory_bytes, cuda_memory_bytes=g.cuda_memory_bytes,
@@ -43,6 +44,6 @@ def gpus(json: JsonOpt = False) -> None:
     for col in ("GPU", "memory", "as CUDA reports it", "HBM bandwidth", "peak bf16"):
         table.add_column(col, justify="left" if col == "GPU" else "right")
     for r in rows:
-        table.add_row(r["name"], format_bytes(r["memory_bytes"]), format_bytes(r["cuda_memory_bytes"]),
+        table.add_row(terminal(r["name"]), format_bytes(r["memory_bytes"]), format_bytes(r["cuda_memory_bytes"]),
                       f"{r['hbm_bytes_per_s'] / 1e12:.2f} TB/s", f"{r['peak_bf16_flops'] / 1e12:.0f} TFLOP/s")
-    console().print(table)
+    print_table(console(), table)  # folded on a narrow console: no number cut

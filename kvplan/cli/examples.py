@@ -17,15 +17,16 @@ def examples(json: JsonOpt = False) -> None:
         return
     from rich.table import Table
 
-    from kvplan.report.output import console
+    from kvplan.report.output import console, print_table
+    from kvplan.text import terminal
 
     table = Table(title="Example workloads (kvplan simulate NAME)", title_justify="left")
-    table.add_column("name", no_wrap=True)
-    table.add_column("experiment", no_wrap=True)
-    table.add_column("what it shows", overflow="fold")
+    for name in ("name", "experiment", "what it shows"):
+        table.add_column(name)
     for e in items:
-        table.add_row(e.name, e.experiment, e.about + (" (needs its trace file)" if e.needs_trace else ""))
-    console().print(table)
+        table.add_row(terminal(e.name), terminal(e.experiment),
+                      terminal(e.about + (" (needs its trace file)" if e.needs_trace else "")))
+    print_table(console(), table, wrap=("what it shows",))  # the prose wraps at its spaces, names whole
 
 
 def schema(json: JsonOpt = False) -> None:

@@ -27,10 +27,11 @@ class StderrBar:
         if not self.enabled or time.monotonic() - self.start < self.delay_s:
             return
         if self.bar is None:
-            from rich.console import Console
             from rich.progress import Progress
 
-            self.bar = Progress(console=Console(stderr=True), transient=True)
+            from kvplan.report.output import console
+
+            self.bar = Progress(console=console(stderr=True), transient=True)
             self.task = self.bar.add_task(self.label, total=self.total)
             self.bar.start()
         self.bar.update(self.task, completed=min(completed, self.total))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvplan.report.output import console, print_table
+from kvplan.text import count, plot_label, printable, terminal
 
 
 def render_capacity(doc: dict) -> None:
@@ -12,19 +13,19 @@ def render_capacity(doc: dict) -> None:
 
     out = console()
     results = doc["results"]
-    table = Table(title=f"Capacity experiment: {doc['workload']} ({doc['num_requests']:,} requests, "
+    table = Table(title=f"Capacity experiment: {terminal(doc['workload'])} ({count(doc['num_requests'], 'request')}, "
                         f"pool of {doc['pool_slots']:,} token slots)", title_justify="left")
     for col in ("allocator", "admitted", "vs contiguous", "allocated slots", "tokens stored", "wasted slots", "utilization"):
         table.add_column(col, justify="left" if col == "allocator" else "right", no_wrap=col == "allocator")
     for r in results:
         ratio = r.get("admitted_vs_first_contiguous")
-        table.add_row(r["label"], f"{r['admitted']:,}", f"{ratio:.2f}x" if ratio else "-",
+        table.add_row(terminal(r["label"]), f"{r['admitted']:,}", f"{ratio:.2f}x" if ratio else "-",
                       f"{r['allocated_slots']:,}", f"{r['tokens_stored']:,}", f"{r['wasted_slots']:,}",
                       f"{100 * r['utilization']:.1f}%")
     print_table(out, table)
-    out.print(_breakdown_table(results))
+    print_table(out, _breakdown_table(results))
     for line in summary_lines(results):
-        out.print(line)
+        out.print(printable(line), markup=False)
     out.print("[dim]Every request counted at its final length and admitted in arrival order until the first "
               "that does not fit: a memory effect, not a throughput benchmark.[/dim]")
 
@@ -38,7 +39,7 @@ def _breakdown_table(results: list[dict]):
     for col in cols:
         table.add_column(col.replace("_", " "), justify="right")
     for r in results:
-        table.add_row(r["label"], *(f"{100 * r['memory_breakdown'][c]:.1f}" for c in cols))
+        table.add_row(terminal(r["label"]), *(f"{100 * r['memory_breakdown'][c]:.1f}" for c in cols))
     return table
 
 
@@ -48,7 +49,7 @@ def summary_lines(results: list[dict]) -> list[str]:
     for r in results:
         if r["allocator"] == "contiguous":
             base = base or r
-            lines.append(f"{r['label']} admits {r['admitted']:,} requests that use "
+            lines.append(f"{r['label']} admits {count(r['admitted'], 'request')} that use "
                          f"{100 * r['utilization']:.1f}% of the slots they reserved.")
         else:
             ratio = f" ({r['admitted'] / base['admitted']:.1f} times as many)" if base and base["admitted"] else ""
@@ -71,7 +72,7 @@ def plot_capacity(doc: dict, path: Path) -> None:
     sizes = [r["block_size"] for r in paged]
     ax.plot(sizes, [r["admitted"] for r in paged], "o-", color="tab:blue", label="paged: admitted")
     for r, style in zip(contiguous, ("--", ":", "-.")):
-        ax.axhline(r["admitted"], linestyle=style, color="tab:red", label=f"{r['label']}: admitted")
+        ax.axhline(r["admitted"], linestyle=style, color="tab:red", label=plot_label(f"{r['label']}: admitted"))
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.set_xlabel("block size B (token slots)")
@@ -84,7 +85,8 @@ def plot_capacity(doc: dict, path: Path) -> None:
     lines = ax.get_legend_handles_labels()[0] + waste.get_legend_handles_labels()[0]
     labels = ax.get_legend_handles_labels()[1] + waste.get_legend_handles_labels()[1]
     ax.legend(lines, labels, loc="center right", fontsize=8)
-    ax.set_title(f"{doc['workload']}: {doc['num_requests']:,} requests, {doc['pool_slots']:,} slots\n"
+    ax.set_title(f"{plot_label(doc['workload'])}: {count(doc['num_requests'], 'request')}, "
+                 f"{doc['pool_slots']:,} slots\n"
                  "memory effect, not a throughput benchmark", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, format=path.suffix.lstrip(".") or "png")

@@ -6,6 +6,8 @@ import html
 import json
 from typing import Any
 
+from kvplan.text import count, terminal
+
 
 def _value(v: Any) -> str:
     if v is None:
@@ -31,19 +33,15 @@ def _assertion(o) -> str:
     return o.text if o.kind == "expect" else f"{o.metric} vs baseline"
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def summary(report) -> str:
     """One sentence: how many assertions passed or failed, and in which checks."""
     outcomes = report.outcomes
     failed = [(name, o) for name, o in outcomes if not o.passed]
-    checks = _count(len(report.results), "check")
+    checks = count(len(report.results), "check")
     if not failed:
-        return f"All {_count(len(outcomes), 'assertion')} of {checks} passed."
+        return f"All {count(len(outcomes), 'assertion')} of {checks} passed."
     names = list(dict.fromkeys(name for name, _ in failed))
-    total = _count(len(outcomes), "assertion")
+    total = count(len(outcomes), "assertion")
     return f"{len(failed)} of {total} failed, in {len(names)} of {checks}: {', '.join(names)}."
 
 
@@ -56,23 +54,23 @@ def skipped_note(report, tracked: int) -> str | None:
 def render_check(report, *, wrote_baseline: str | None = None) -> None:
     """One row per assertion (metric, value, bound, pass/FAIL) under its check's name, then the summary."""
     from rich import box
-    from rich.markup import escape
     from rich.table import Table
 
     from kvplan.report.output import console
 
-    table = Table(title=f"kvplan check {escape(report.file)}", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(title=f"kvplan check {terminal(report.file)}", title_justify="left", box=box.SIMPLE_HEAD)
     for col, justify in (("check / metric", "left"), ("value", "right"), ("bound", "left"), ("result", "left")):
         table.add_column(col, justify=justify, overflow="fold", min_width=24 if col == "check / metric" else None)
     for result in report.results:
-        table.add_row(escape(result.name), style="bold")
+        table.add_row(terminal(result.name), style="bold")
         for o in result.outcomes:
-            table.add_row(f"  {o.metric}", escape(_value(o.value)), escape(_bound(o)), "pass" if o.passed else "FAIL",
+            table.add_row(f"  {terminal(o.metric)}", terminal(_value(o.value)), terminal(_bound(o)),
+                          "pass" if o.passed else "FAIL",
                           style=None if o.passed else "bold red")  # fmt: skip
     out = console()
     out.print(table)
     for line in _notes(report, wrote_baseline):
-        out.print(escape(line))
+        out.print(terminal(line))
 
 
 def _notes(report, wrote_baseline: str | None) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvplan.report.output import console, print_table
+from kvplan.text import count, plot_label, printable, terminal
 
 
 def _ms(stats: dict, key: str) -> str:
@@ -17,7 +18,7 @@ def fleet_sentence(doc: dict) -> str:
     hit = "" if f["prefix_hit_rate"] is None else f", prefix hit rate {100 * f['prefix_hit_rate']:.1f}%"
     if f.get("transfer_s"):
         hit += f", KV transfer p50/p99 {_ms(f['transfer_s'], 'p50')}/{_ms(f['transfer_s'], 'p99')} ms"
-    return (f"{doc['workload']}: {f['replicas']} replicas behind {router['policy']} served {f['completed']:,} "
+    return (f"{doc['workload']}: {count(f['replicas'], 'replica')} behind {router['policy']} served {f['completed']:,} "
             f"requests, {f['throughput_rps']:,.2f} requests/s and {f['throughput_tps']:,.0f} output tokens/s; "
             f"TTFT p50/p99 {_ms(f['ttft_s'], 'p50')}/{_ms(f['ttft_s'], 'p99')} ms, TPOT p99 "
             f"{_ms(f['tpot_s'], 'p99')} ms, E2E p99 {f['e2e_s']['p99'] or 0:,.2f} s{hit}; "
@@ -28,14 +29,15 @@ def render_fleet(doc: dict, top: int = 64) -> None:
     from rich.table import Table
 
     out = console()
-    out.print(fleet_sentence(doc))
+    out.print(printable(fleet_sentence(doc)), markup=False)
     table = Table(title="Replicas", title_justify="left")
     for col in ("#", "group", "role", "routed", "busy s", "req/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p99 ms",
                 "hit rate", "preempted"):
         table.add_column(col, justify="left" if col in ("group", "role") else "right")
     for r in doc["replicas"][:top]:
         hit = (r.get("prefix_cache") or {}).get("prefix_hit_rate")
-        table.add_row(str(r["replica"]), r["group"], r.get("role", "both"), f"{r['routed']:,}", f"{r['busy_s']:,.1f}",
+        table.add_row(str(r["replica"]), terminal(r["group"]), terminal(r.get("role", "both")), f"{r['routed']:,}",
+                      f"{r['busy_s']:,.1f}",
                       f"{r['throughput_rps']:,.2f}", _ms(r["ttft_s"], "p50"), _ms(r["ttft_s"], "p99"),
                       _ms(r["tpot_s"], "p99"), "-" if hit is None else f"{100 * hit:.1f}%", f"{r['preemptions']:,}")
     print_table(out, table)
@@ -59,7 +61,7 @@ def plot_fleet(doc: dict, path: str | Path) -> None:
         ax.bar(x, values, color="#4c72b0")
         ax.set_title(label)
         ax.set_xlabel("replica")
-    fig.suptitle(f"{doc['workload']}: {len(reps)} replicas, router {doc['router']['policy']}")
+    fig.suptitle(plot_label(f"{doc['workload']}: {count(len(reps), 'replica')}, router {doc['router']['policy']}"))
     fig.tight_layout()
     fig.savefig(path, format=Path(path).suffix.lstrip(".").lower() or "png")
     plt.close(fig)

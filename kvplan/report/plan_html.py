@@ -8,11 +8,11 @@ release the rules follow).
 
 from __future__ import annotations
 
-import html
 import io
 from pathlib import Path
 
 from kvplan.report.plan_view import answer_sentence, targets_words, traffic_words
+from kvplan.text import count, html_link, html_text, plot_label
 
 
 def plot_frontier(doc: dict, path: Path | io.StringIO, fmt: str | None = None) -> None:
@@ -30,15 +30,14 @@ def plot_frontier(doc: dict, path: Path | io.StringIO, fmt: str | None = None) -
     for i, gpu in enumerate(gpus):
         mine = [r for r in rows if r["config"]["gpu"] == gpu]
         ax.scatter([r["ttft_p99"] for r in mine], [r["cost_per_hour"] for r in mine], s=18,
-                   color=plt.cm.tab20(i % 20), label=gpu)
+                   color=plt.cm.tab20(i % 20), label=plot_label(gpu))
     if front:
         ax.plot([r["ttft_p99"] for r in front], [r["cost_per_hour"] for r in front], color="black",
                 linewidth=1.2, marker="o", markersize=9, markerfacecolor="none", label="frontier")
     ax.set_xlabel("p99 TTFT at the rate per replica (s)")
     ax.set_ylabel("cost ($/hour)")
     t = doc["traffic"]
-    ax.set_title(f"{doc['model']}: {traffic_words(t)}",
-                 fontsize=10)
+    ax.set_title(plot_label(f"{doc['model']}: {traffic_words(t)}"), fontsize=10)
     ax.grid(alpha=0.3)
     if rows:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -51,21 +50,13 @@ def _cell(value, fmt: str, prefix: str = "") -> str:
     return "-" if value is None else prefix + format(value, fmt)
 
 
-def _link(url) -> str:
-    """A source link, only for an http(s) URL (anything else is shown as text, never as a link)."""
-    text = html.escape(str(url or ""))
-    if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
-        return f'<a href="{text}" rel="noreferrer">source</a>'
-    return text
-
-
 def render_html(doc: dict) -> str:
     """The whole report as one HTML document."""
     svg = io.StringIO()
     plot_frontier(doc, svg, fmt="svg")
     chart = svg.getvalue()
     chart = chart[chart.index("<svg"):]  # drop the XML prolog: inline SVG
-    esc = html.escape
+    esc = html_text  # every value from a file or a flag: escaped, controls shown as escapes
     t, g = doc["traffic"], doc["targets"]
     arrivals = ("the file's arrivals, their times scaled to each rate tried" if t.get("workload")
                 else "Poisson arrivals, fixed lengths")
@@ -84,11 +75,11 @@ def render_html(doc: dict) -> str:
         rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
     prices = "".join(
         f"<li>{esc(gpu)}: " + "; ".join(
-            f"${row.get('usd_per_gpu_hour')}/GPU-hour {esc(str(row.get('tier', '')))}, "
+            f"${esc(str(row.get('usd_per_gpu_hour')))}/GPU-hour {esc(str(row.get('tier', '')))}, "
             f"{esc(str(row.get('provider', '')))}"
             + (f" (instances of {esc(', '.join(map(str, row['instance_gpus'])))} GPUs)"
                if isinstance(row.get("instance_gpus"), list) else "")
-            + f" ({esc(str(row.get('date', '')))}) {_link(row.get('source'))}" for row in offers) + "</li>"
+            + f" ({esc(str(row.get('date', '')))}) {html_link(row.get('source'))}" for row in offers) + "</li>"
         for gpu, offers in sorted(doc.get("prices", {}).items()))
     targets = targets_words(g)
     free = g.get("unconstrained") or []
@@ -114,10 +105,10 @@ td:nth-child(2), th:nth-child(2) {{ text-align: left; }} .answer {{ font-size: 1
 <tbody>{''.join(rows)}</tbody></table>
 <h2>Assumptions</h2>
 <ul id="assumptions">
-<li>Traffic: {esc(traffic_words(t))}, {esc(arrivals)}; {t['count']:,} requests simulated per run.</li>
+<li>Traffic: {esc(traffic_words(t))}, {esc(arrivals)}; {count(t['count'], 'request')} simulated per run.</li>
 <li>Targets: {esc(targets)}; each replica planned at most at {1 - rules.get('headroom', 0):.0%} of its capacity, and
-every answer re-simulated at its planned load on {len(rules.get('seeds') or [])} fresh samples of the traffic (the worst
-of them is reported).</li>
+every answer re-simulated at its planned load on {count(len(rules.get('seeds') or []), 'fresh sample')} of the traffic
+(the worst of them is reported).</li>
 <li>Memory: vLLM's start-up profile as <code>kvplan size</code> computes it; a configuration vLLM would not start is left out.
 Serving: kvplan's serve engine with vLLM V1's scheduler defaults and its fitted step-time model.</li>
 <li>Prices ({esc(', '.join(rules.get('price_tiers') or []))}; list prices, they go stale):<ul>{prices}</ul></li>

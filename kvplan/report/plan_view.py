@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 from kvplan.report.output import console, print_table
+from kvplan.text import count, printable, terminal
 
 CSV_FIELDS = ("rank", "config", "gpu", "tp", "quantization", "kv_dtype", "max_num_seqs", "max_num_batched_tokens",
               "block_size", "prefix_caching", "feasible", "simulated", "replicas", "gpus", "tier", "instances",
@@ -80,7 +81,7 @@ def answer_sentence(doc: dict) -> str:
         where = f"on the fleet behind {best['router']}, a fresh sample"
         how = "" if best.get("prefill_replicas") else f"; {plan}"
     elif best.get("seeds"):
-        where, how = f"the worst of {len(best['seeds'])} fresh samples", f" at {plan}"
+        where, how = f"the worst of {count(len(best['seeds']), 'fresh sample')}", f" at {plan}"
     else:
         fixed = " (its trace fixes every request: no fresh sample)" if rules.get("seeds") else ""
         where, how = f"on the search's sample{fixed}", f" at {plan}"
@@ -102,11 +103,11 @@ def search_words(doc: dict) -> str | None:
     s = doc.get("search")
     if not s or not s.get("configurations"):
         return None
-    return (f"{s['configurations']:,} configurations: {s['not_started']:,} would not start, {s['ruled_out']:,} ruled "
-            f"out by their bounds without a run, {s['bounded']:,} beaten by a simulated answer before their run, "
-            f"{s['simulated']:,} simulated in {s['waves']:,} wave{'' if s['waves'] == 1 else 's'}, {s['verified']:,} "
+    return (f"{count(s['configurations'], 'configuration')}: {s['not_started']:,} would not start, "
+            f"{s['ruled_out']:,} ruled out by their bounds without a run, {s['bounded']:,} beaten by a simulated "
+            f"answer before their run, {s['simulated']:,} simulated in {count(s['waves'], 'wave')}, {s['verified']:,} "
             "re-simulated on fresh samples "
-            f"({s['runs']:,} runs, {s['reused']:,} of them shared within a group).")
+            f"({count(s['runs'], 'run')}, {s['reused']:,} of them shared within a group).")
 
 
 LEFT_OUT = {  # why a configuration has no plan, by the step of kvplan/plan/search.py that settled it
@@ -145,17 +146,17 @@ def render_plan(doc: dict, top: int = 15) -> None:
     from rich.table import Table
 
     out = console()
-    out.print(answer_sentence(doc), markup=False)
+    out.print(printable(answer_sentence(doc)), markup=False)
     objective = doc.get("rules", {}).get("objective", "cost")
     order = {"cost": "cost", "latency": "p99 E2E within the limit", "traffic": "requests/s within the limit"}[objective]
     feasible = [r for r in doc["results"] if r["feasible"]]
-    table = Table(title=f"Ranked by {order} ({len(feasible)} of {len(doc['results'])} configurations planned; "
-                        "p99s at the planned load)", title_justify="left")
+    planned = f"{len(feasible):,} of {count(len(doc['results']), 'configuration')} planned"
+    table = Table(title=f"Ranked by {order} ({planned}; p99s at the planned load)", title_justify="left")
     for name in ("#", "configuration", "replicas", "GPUs", "$/hour", "$/M tok", "req/s each", "capacity",
                  "TTFT p99 s", "TPOT p99 ms", "E2E p99 s"):
         table.add_column(name, justify="left" if name == "configuration" else "right")
     for i, r in enumerate(feasible[:top], 1):
-        table.add_row(str(i), r["config"]["label"], f"{r['replicas']:,}", f"{r['gpus']:,}",
+        table.add_row(str(i), terminal(r["config"]["label"]), f"{r['replicas']:,}", f"{r['gpus']:,}",
                       _money(r["cost_per_hour"]), _money(r["usd_per_million_tokens"]),
                       f"{r['load_per_replica']:.3g}", f"{r['capacity']:.3g}", _s(r["ttft_p99"]),
                       _s(r["tpot_p99"], 1e3, ".1f"), _s(r["e2e_p99"], 1.0, ".2f"))
@@ -163,8 +164,9 @@ def render_plan(doc: dict, top: int = 15) -> None:
         print_table(out, table)
         unchecked = [i for i, r in enumerate(feasible[:top], 1) if not r.get("seeds")]
         if unchecked and any(r.get("seeds") for r in feasible):
-            out.print(f"Rows {_runs(unchecked)}: p99s of the search's own sample at the planned load; the others "
-                      f"the worst of {len(feasible[0]['seeds'] or [])} fresh samples.", markup=False, style="dim")
+            rows = f"Row{'s' if len(unchecked) > 1 else ''} {_runs(unchecked)}"
+            out.print(f"{rows}: p99s of the search's own sample at the planned load; the others the worst of "
+                      f"{count(len(feasible[0]['seeds'] or []), 'fresh sample')}.", markup=False, style="dim")
     front = Table(title="Frontier: cost against p99 TTFT at the planned load (no configuration is both cheaper "
                         "and faster)", title_justify="left")
     for name in ("configuration", "$/hour", "TTFT p99 s"):
@@ -172,12 +174,12 @@ def render_plan(doc: dict, top: int = 15) -> None:
     by_label = {r["config"]["label"]: r for r in doc["results"]}
     for label in doc["frontier"]:
         r = by_label[label]
-        front.add_row(label, _money(r["cost_per_hour"]), _s(r["ttft_p99"]))
+        front.add_row(terminal(label), _money(r["cost_per_hour"]), _s(r["ttft_p99"]))
     if doc["frontier"]:
         print_table(out, front)
     for line in [search_words(doc), *left_out_lines(doc)]:
         if line:
-            out.print(line, markup=False, style="dim")
+            out.print(printable(line), markup=False, style="dim")
 
 
 def write_plan_csv(doc: dict, path: Path) -> None:

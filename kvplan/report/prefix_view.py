@@ -5,19 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvplan.report.output import console, print_table
+from kvplan.text import count, plot_label, terminal
 
 
 def render_prefix(doc: dict) -> None:
     from rich.table import Table
 
-    table = Table(title=f"Prefix caching: {doc['workload']} ({doc['num_requests']:,} requests; vLLM's "
+    table = Table(title=f"Prefix caching: {terminal(doc['workload'])} ({count(doc['num_requests'], 'request')}; vLLM's "
                         "definitions: hit rate = prompt tokens served from cache / prompt tokens looked up)",
                   title_justify="left")
     for col in ("allocator", "cache blocks", "cache tokens", "requests", "queries", "hits", "hit rate",
                 "prefill saved", "evicted"):
         table.add_column(col, justify="left" if col == "allocator" else "right", no_wrap=col == "allocator")
     for r in doc["results"]:
-        table.add_row(r["label"], f"{r['cache_blocks']:,}", f"{r['cache_tokens']:,}", f"{r['requests']:,}",
+        table.add_row(terminal(r["label"]), f"{r['cache_blocks']:,}", f"{r['cache_tokens']:,}", f"{r['requests']:,}",
                       f"{r['queries']:,}", f"{r['hits']:,}", f"{100 * r['hit_rate']:.2f}%",
                       f"{r['prefill_tokens_saved']:,}", f"{r['blocks_evicted']:,}")
     out = console()
@@ -30,12 +31,13 @@ def render_prefix(doc: dict) -> None:
 def render_sharing(doc: dict) -> None:
     from rich.table import Table
 
-    table = Table(title=f"Sharing by fork and copy-on-write: {doc['workload']} ({doc['num_requests']:,} "
-                        "groups; memory saved against no sharing)", title_justify="left")
+    table = Table(title=f"Sharing by fork and copy-on-write: {terminal(doc['workload'])} "
+                        f"({count(doc['num_requests'], 'group')}; memory saved against no sharing)",
+                  title_justify="left")
     for col in ("allocator", "mode", "width", "saved (time-avg)", "saved (peak)"):
         table.add_column(col, justify="left" if col in ("allocator", "mode") else "right")
     for r in doc["results"]:
-        table.add_row(r["label"], r["mode"] + (f" ({r['parent']} parent)" if r["parent"] else ""),
+        table.add_row(terminal(r["label"]), terminal(r["mode"] + (f" ({r['parent']} parent)" if r["parent"] else "")),
                       str(r["width"]), f"{100 * r['saving']:.1f}%", f"{100 * r['peak_saving']:.1f}%")
     print_table(console(), table)
     console().print("[dim]Kwon et al. (SOSP'23) report 6.1-9.8% saved for parallel sampling and 37.6-55.2% "
@@ -59,7 +61,7 @@ def plot_prefix(doc: dict, path: Path) -> None:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend()
-    ax.set_title(f"{doc['workload']}: LRU prefix cache", fontsize=10)
+    ax.set_title(plot_label(f"{doc['workload']}: LRU prefix cache"), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)

@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 from kvplan.report.output import console, print_table
+from kvplan.text import count, plot_label, terminal
 
 BREAKDOWN = ("token_states", "reserved", "internal", "external", "free")
 
@@ -28,7 +29,7 @@ def render_serve(doc: dict) -> None:
     out = console()
     unit = doc.get("time_unit") or "s"
     ms = unit == "s"  # per-token times in milliseconds when time is in seconds
-    title = (f"Serving simulation: {doc['workload']} ({doc['num_requests']:,} requests, "
+    title = (f"Serving simulation: {terminal(doc['workload'])} ({count(doc['num_requests'], 'request')}, "
              f"pool of {doc['pool_slots']:,} token slots, times in {unit})")
     rate_cols = (("done", lambda r: f"{r['completed']:,}"), (f"req/{unit}", lambda r: f"{r['throughput_rps']:.2f}"),
                  (f"tok/{unit}", lambda r: f"{r['throughput_tps']:,.0f}"),
@@ -43,14 +44,14 @@ def render_serve(doc: dict) -> None:
     for name, _ in rate_cols + latency_cols:
         table.add_column(name, justify="right")
     for r in doc["results"]:
-        table.add_row(r["label"], *(cell(r) for _, cell in rate_cols + latency_cols))
+        table.add_row(terminal(r["label"]), *(cell(r) for _, cell in rate_cols + latency_cols))
     print_table(out, table)  # folded into two or more tables on a narrow terminal
     mem = Table(title="Time-averaged memory (Kwon et al. Figure 2 vocabulary, % of the pool)", title_justify="left")
     mem.add_column("allocator", no_wrap=True)
     for col in BREAKDOWN:
         mem.add_column(col.replace("_", " "), justify="right")
     for r in doc["results"]:
-        mem.add_row(r["label"], *(f"{100 * r['memory_breakdown'][c]:.1f}" for c in BREAKDOWN))
+        mem.add_row(terminal(r["label"]), *(f"{100 * r['memory_breakdown'][c]:.1f}" for c in BREAKDOWN))
     print_table(out, mem)
     cached = [r for r in doc["results"] if r.get("prefix_cache")]
     if any(r["prefix_cache"]["prefill_tokens_saved"] for r in cached):  # prompts that share something
@@ -73,7 +74,7 @@ def _prefix_table(results: list[dict]):
         table.add_column(name, justify="left" if name == "allocator" else "right")
     for r in results:
         c = r["prefix_cache"]
-        table.add_row(r["label"], f"{100 * c['prefix_hit_rate']:.1f}", f"{c['prefill_tokens_saved']:,}",
+        table.add_row(terminal(r["label"]), f"{100 * c['prefix_hit_rate']:.1f}", f"{c['prefill_tokens_saved']:,}",
                       f"{c['blocks_evicted']:,}")
     return table
 
@@ -90,7 +91,7 @@ def _sweep_table(sweeps: list[dict], unit: str):
     table.add_column("max rate under bound", justify="right")
     for s in sweeps:
         by_rate = {p["rate"]: p["normalized_latency_s"] for p in s["points"]}
-        table.add_row(s["label"], *(_num(by_rate.get(r)) for r in rates), _num(s["max_rate"], "g"))
+        table.add_row(terminal(s["label"]), *(_num(by_rate.get(r)) for r in rates), _num(s["max_rate"], "g"))
     return table
 
 
@@ -122,14 +123,14 @@ def plot_serve(results, path: Path, workload: str = "") -> None:
 
     n = len(results)
     fig, axes = plt.subplots(2, n, figsize=(4.2 * n + 1.6, 6.4), dpi=110, squeeze=False, sharex=True)
-    fig.suptitle(f"{workload or 'serve'}: " + ", ".join(r.label for r in results), fontsize=11)
+    fig.suptitle(plot_label(f"{workload or 'serve'}: " + ", ".join(r.label for r in results)), fontsize=11)
     colors = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "0.85")
     for j, result in enumerate(results):
         cols = result.timeline.columns
         pool = max(result.pool_slots, 1)
         stack = [100 * cols[k] / pool for k in BREAKDOWN]
         axes[0][j].stackplot(cols["time"], *stack, labels=[k.replace("_", " ") for k in BREAKDOWN], colors=colors)
-        axes[0][j].set_title(result.label, fontsize=10)
+        axes[0][j].set_title(plot_label(result.label), fontsize=10)
         axes[0][j].set_ylim(0, 100)
         axes[1][j].plot(cols["time"], cols["running"], color="tab:blue", label="running")
         axes[1][j].plot(cols["time"], cols["waiting"], color="tab:gray", label="waiting", alpha=0.7)

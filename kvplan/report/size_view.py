@@ -5,6 +5,7 @@ from __future__ import annotations
 from kvplan.model.fit import SizeReport
 from kvplan.model.layout import KVLayout
 from kvplan.report.output import console, print_table
+from kvplan.text import count, terminal
 from kvplan.units import format_bytes
 
 
@@ -17,22 +18,22 @@ def render_size(report: SizeReport, layout: KVLayout, notes: list[str], concurre
     from rich.table import Table
 
     out = console()
-    table = Table(title=f"KV cache of {report.model}", show_header=False, title_justify="left")
+    table = Table(title=f"KV cache of {terminal(report.model)}", show_header=False, title_justify="left")
     table.add_column("quantity", style="bold")
     table.add_column("value", justify="right")
-    table.add_row("KV dtype / TP", f"{report.kv_dtype} / tp={report.tp}")
+    table.add_row("KV dtype / TP", f"{terminal(report.kv_dtype)} / tp={report.tp}")
     for g in layout.groups:
         table.add_row(f"  {g.kind} layers x{g.num_layers}", _group_text(g))
     table.add_row("bytes per token (per GPU)", _b(report.bytes_per_token))
     if report.state_bytes:
         table.add_row("state per request", _b(report.state_bytes))
-    table.add_row(f"one request of {report.tokens:,} tokens", _b(report.kv_bytes))
+    table.add_row(f"one request of {count(report.tokens, 'token')}", _b(report.kv_bytes))
     if report.batch > 1:
         table.add_row(f"batch of {report.batch} requests", _b(report.batch_kv_bytes))
     table.add_row("weights (per GPU, estimated)", f"{_b(report.weight_bytes)}, {report.params / 1e9:.2f}B params")
     if report.kv_pool_bytes is not None:
         _add_fit_rows(table, report)
-    out.print(table)
+    print_table(out, table)  # the values kept whole (a number and its unit), the labels wrap
     if report.kv_pool_bytes is not None:
         _print_fit_lines(out, report)
     if concurrency_at and any(concurrency_at.values()):
@@ -40,12 +41,12 @@ def render_size(report: SizeReport, layout: KVLayout, notes: list[str], concurre
         out.print(f"[dim]vLLM's concurrency at other context lengths: {cells}[/dim]")
     if would_fit is not None:
         options = [f"--tp {would_fit['tp']}" if would_fit.get("tp") else "",
-                   f"--gpu {would_fit['gpu']}" if would_fit.get("gpu") else ""]
+                   f"--gpu {terminal(would_fit['gpu'])}" if would_fit.get("gpu") else ""]
         options = [o for o in options if o]
         out.print("It would fit with " + " or ".join(options) + "." if options
                   else "No TP degree up to 8 on this GPU, and no catalog GPU at this TP, would fit.")
     for note in notes:
-        out.print(f"[dim]note: {note}[/dim]")
+        out.print(f"[dim]note: {terminal(note)}[/dim]")
 
 
 def _group_text(g) -> str:
@@ -61,7 +62,7 @@ def _add_fit_rows(table, r: SizeReport) -> None:
     if r.gpu:
         util = f" x {r.gpu_memory_utilization}" if r.gpu_memory_utilization else ""
         table.add_row("GPU" + (" (as CUDA reports it)" if r.memory_breakdown else ""),
-                      f"{r.gpu}, {_b(r.gpu_memory_bytes)}{util}")
+                      f"{terminal(r.gpu)}, {_b(r.gpu_memory_bytes)}{util}")
     m = r.memory_breakdown
     if m:
         table.add_row("  vLLM may use (total x utilization)", _b(m["requested"]))
@@ -80,12 +81,12 @@ def _add_fit_rows(table, r: SizeReport) -> None:
     else:
         table.add_row(f"blocks of {r.block_size} (1 kept as null block)", f"{r.num_blocks:,}")
     table.add_row("tokens that fit", f"{r.max_tokens:,}")
-    table.add_row(f"requests of {r.tokens:,} tokens at once", f"{r.max_concurrency:,}")
+    table.add_row(f"requests of {count(r.tokens, 'token')} at once", f"{r.max_concurrency:,}")
 
 
 def _print_fit_lines(out, r: SizeReport) -> None:
     if r.reason:
-        out.print(f"[bold red]vLLM would not start:[/] {r.reason}")
+        out.print(f"[bold red]vLLM would not start:[/] {terminal(r.reason)}")
         return
     if r.kv_pool_bytes <= 0:
         given = int((r.gpu_memory_bytes or 0) * (r.gpu_memory_utilization or 1))
@@ -101,7 +102,7 @@ def _print_fit_lines(out, r: SizeReport) -> None:
         out.print("[dim](vLLM's formula: num_blocks / ceil(tokens / block_size), tokens = int(concurrency x tokens))[/dim]")
     if not r.fits:
         out.print(
-            f"[bold red]Does not fit:[/] {r.batch} request(s) of {r.tokens:,} tokens need more than the pool; "
+            f"[bold red]Does not fit:[/] {count(r.batch, 'request')} of {r.tokens:,} tokens need more than the pool; "
             f"the longest single request that fits is {r.longest_context:,} tokens."
         )
 
@@ -114,9 +115,10 @@ def render_models(rows: list[dict]) -> None:
                          ("context", "right"), ("dtype", "left")):
         table.add_column(col, justify=justify, no_wrap=col == "model")
     for row in rows:
-        table.add_row(row["model"], row["model_type"], str(row["num_layers"]),
-                      format_bytes(row["bytes_per_token"]), f"{row['max_context']:,}" if row["max_context"] else "none stated", row["dtype"])
-    console().print(table)
+        table.add_row(terminal(row["model"]), terminal(row["model_type"]), str(row["num_layers"]),
+                      format_bytes(row["bytes_per_token"]), f"{row['max_context']:,}" if row["max_context"] else "none stated",
+                      terminal(row["dtype"]))
+    print_table(console(), table)  # folded at 80 columns, never a number cut
 
 
 def _why(reason: str | None) -> str:
@@ -134,7 +136,7 @@ def render_grid(model: str, rows: list[dict]) -> None:
     (short verdicts in the table, vLLM's whole messages below it)."""
     from rich.table import Table
 
-    table = Table(title=f"{model}: each GPU and TP degree", title_justify="left")
+    table = Table(title=f"{terminal(model)}: each GPU and TP degree", title_justify="left")
     for col, justify in (("GPU", "left"), ("TP", "right"), ("weights", "right"), ("KV pool", "right"),
                          ("conc.", "right"), ("longest", "right"), ("fits", "left")):
         table.add_column(col, justify=justify)
@@ -143,10 +145,11 @@ def render_grid(model: str, rows: list[dict]) -> None:
     for r in rows:
         if r.get("reason"):
             reasons.setdefault(r["reason"], []).append(f"{r['gpu']} tp={r['tp']}")
+        gpu = terminal(r["gpu"])
         if "weight_bytes" not in r:
-            table.add_row(r["gpu"], str(r["tp"]), "-", "-", "-", "-", _why(r["reason"]))
+            table.add_row(gpu, str(r["tp"]), "-", "-", "-", "-", _why(r["reason"]))
             continue
-        table.add_row(r["gpu"], str(r["tp"]), format_bytes(r["weight_bytes"]), format_bytes(r["kv_pool_bytes"] or 0),
+        table.add_row(gpu, str(r["tp"]), format_bytes(r["weight_bytes"]), format_bytes(r["kv_pool_bytes"] or 0),
                       f"{r['vllm_concurrency']:.2f}x", f"{r['longest_context']:,}",
                       "yes" if r["fits"] else _why(r["reason"]))
     out = console()
@@ -155,4 +158,4 @@ def render_grid(model: str, rows: list[dict]) -> None:
         out.print(f"[dim]per GPU; conc.: vLLM's Maximum concurrency for {tokens:,}-token requests; longest: "
                   "the longest single request that fits[/dim]")
     for reason, where in reasons.items():
-        out.print(f"[dim]{', '.join(where)}: {reason}[/dim]")
+        out.print(f"[dim]{terminal(', '.join(where))}: {terminal(reason)}[/dim]")

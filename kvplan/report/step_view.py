@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kvplan.report.output import console
+from kvplan.report.output import console, print_table
+from kvplan.text import terminal
 
 TERMS = (
     ("overhead", "GPU fixed cost (layers, MoE routing)"),
@@ -26,14 +27,14 @@ def render_step(r: dict) -> None:
     from rich.table import Table
 
     out = console()
-    table = Table(title=f"Step time of {r['model']} on {r['gpu']} (tp={r['tp']})", title_justify="left")
+    table = Table(title=f"Step time of {terminal(r['model'])} on {terminal(r['gpu'])} (tp={r['tp']})", title_justify="left")
     table.add_column("term")
     table.add_column(f"decode: {r['batch']} x {r['context']:,} tokens", justify="right")
     table.add_column(f"prefill: {r['chunk']:,}-token chunk", justify="right")
     for key, label in TERMS:
         table.add_row(label, _ms(r["decode_s"][key]), _ms(r["prefill_s"][key]))
     table.add_row("tokens/s", f"{r['decode_tokens_per_s']:,.0f}", f"{r['prefill_tokens_per_s']:,.0f}")
-    out.print(table)
+    print_table(out, table)
     api = r["api_server_s"]
     out.print(f"API server (outside the steps): {_ms(api['per_request'])} of a request's TTFT and E2E, "
               f"{_ms(api['while_decode_streams'])} while this decode streams {r['decode_tokens_per_s']:,.0f} "
@@ -42,5 +43,5 @@ def render_step(r: dict) -> None:
     host = ("async scheduling: the host time overlaps the GPU's, a step takes the longer of the two"
             if r["decode_s"]["host_overlapped"] else "synchronous scheduling: the host time adds to the GPU's")
     out.print(f"[dim]{host}; the larger of weights read and GEMM FLOPs counts for each GEMM; weights "
-              f"{r['weights_scheme']}{', fp8 compute' if r['fp8_compute'] else ''}, KV {r['kv_dtype']}"
+              f"{terminal(r['weights_scheme'])}{', fp8 compute' if r['fp8_compute'] else ''}, KV {terminal(r['kv_dtype'])}"
               f"{', eager' if r['enforce_eager'] else ', CUDA graphs'}; model: kvplan/model/step_time.py[/dim]")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvplan.report.output import console
+from kvplan.text import terminal
 from kvplan.units import format_bytes
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def render_validation(result: ValidationResult) -> None:
     out.print(f"requests: {lengths} tokens, plus a fork of the first; {r.q_heads} query heads per GPU; "
               f"copy-on-write copies made: {r.cow_copies}")
     for note in r.notes:
-        out.print(f"[dim]note: {note}[/dim]")
+        out.print(f"[dim]note: {terminal(note)}[/dim]")
     if r.ok:
         out.print("[bold green]PASS[/]: bytes agree to the byte; paged attention equals dense attention")
     else:
@@ -64,7 +65,7 @@ def _bytes_table(r: ValidationResult):
     from rich.table import Table
 
     cuda = r.cuda_measured_bytes is not None
-    title = (f"KV pool of {r.model}: {len(r.layer_kinds)} of {r.model_layers} layers, "
+    title = (f"KV pool of {terminal(r.model)}: {len(r.layer_kinds)} of {r.model_layers} layers, "
              f"KV {r.kv_dtype} stored as {r.storage_dtype}, on {r.device} (bytes)")
     table = Table(title=title, title_justify="left")
     table.add_column("group")
