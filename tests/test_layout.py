@@ -12,16 +12,17 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "kvplan"
 
 RANK = {
-    "errors": 0, "units": 1, "fileio": 1,
-    "model": 2, "memory": 2,
-    "workload": 3,
-    "sim": 4, "replay": 4, "backends": 4,
-    "fleet": 5,
-    "experiments": 6,
-    "plan": 7, "calibrate": 7,
-    "report": 7,
-    "check": 8,
-    "cli": 9, "__main__": 10, "__init__": 10,
+    "text": 0,
+    "errors": 1, "units": 2, "fileio": 2,
+    "model": 3, "memory": 3,
+    "workload": 4,
+    "sim": 5, "replay": 5, "backends": 5,
+    "fleet": 6,
+    "experiments": 7,
+    "plan": 8, "calibrate": 8,
+    "report": 8,
+    "check": 9,
+    "cli": 10, "__main__": 11, "__init__": 11,
 }  # fmt: skip
 
 
