@@ -12,7 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "kvplan"
 
 RANK = {
-    "errors": 0, "units": 1, "fileio": 1,
+    "errors": 0, "units": 1, "fileio": 1, "cpus": 1,
     "model": 2, "memory": 2,
     "workload": 3,
     "sim": 4, "replay": 4, "backends": 4,
