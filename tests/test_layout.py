@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kvplan"
 
 RANK = {
     "text": 0,
-    "errors": 1, "units": 2, "fileio": 2,
+    "errors": 1, "units": 2, "fileio": 2, "cpus": 2,
     "model": 3, "memory": 3,
     "workload": 4,
     "sim": 5, "replay": 5, "backends": 5,

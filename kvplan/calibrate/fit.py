@@ -37,6 +37,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from kvplan.cpus import pool_size
+
 METRICS = ("throughput", "e2e", "ttft", "itl")
 TRUST = math.log(2.0)  # the most a log-constant moves from u0 in one linear step
 STEP_LOG = math.log(1.15)  # the difference step of a log-constant
@@ -121,6 +123,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 def run_cases(cases: Sequence[Case], values: dict, workers: int = 1) -> list[dict | None]:
     """Every case's predictions at `values` (in parallel over `workers` processes)."""
     jobs = [(c.predict, c.arg, values) for c in cases]
+    workers = pool_size(workers, len(jobs))
     if workers <= 1 or len(jobs) < 4:
         return [_run(j) for j in jobs]
     return list(_pool(workers).map(_run, jobs, chunksize=max(1, len(jobs) // (8 * workers))))

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvplan.cli.options import JsonOpt, TimingProfileOpt
+from kvplan.cpus import cpus_available
 from kvplan.errors import UsageError
 from kvplan.workload.routing import ROUTER_NAMES
 
@@ -80,7 +81,7 @@ def plan(
     book = load_prices(prices, price, parse_tiers(price_tier))
     configs = _configs(model, _gpus(gpu, book), gpus_per_node, tp, quantization, kv_dtype, max_num_seqs,
                        max_num_batched_tokens, block_size, prefix_caching)
-    n = workers if workers is not None else (os.cpu_count() or 1)
+    n = workers if workers is not None else cpus_available()
     if not 1 <= n <= 1024:
         raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
     request = PlanRequest(model=model, traffic=_traffic(rate, *lengths, count, workload, timing_profile),

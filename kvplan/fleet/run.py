@@ -39,6 +39,7 @@ from kvplan.errors import KvplanError, WorkloadError
 from kvplan.fleet.routers import make_router
 from kvplan.sim.engine import KernelState
 from kvplan.sim.inputs import ChunkPreparer, SimSetup, make_setup
+from kvplan.sim.timing import MAX_ARRIVAL_TICKS
 from kvplan.sim.metrics import ServeResult, Stats, build_result, client_frontend, latency_arrays
 from kvplan.workload.distributions import Fixed, Lengths
 from kvplan.workload.records import Workload
@@ -57,11 +58,21 @@ class Group:
 
 
 def transfer_ticks(transfer: Transfer, kv_bytes: np.ndarray, per_unit: int) -> np.ndarray:
-    """Ticks each request's KV takes over the link (gb_per_s 0: no bandwidth limit, the latency alone)."""
+    """Ticks each request's KV takes over the link (gb_per_s 0: no bandwidth limit, the latency alone).
+    A link so slow that a transfer leaves the clock's range (about 53 days) is refused naming
+    `transfer.gb_per_s`: the decode arrivals it would make are not the file's arrivals."""
     seconds = np.full(len(kv_bytes), transfer.latency_s)
     if transfer.gb_per_s:
-        seconds += kv_bytes / (transfer.gb_per_s * 1e9)
-    return np.rint(seconds * per_unit).astype(np.int64)
+        with np.errstate(all="ignore"):  # an overflow to inf is refused just below
+            seconds += kv_bytes / (transfer.gb_per_s * 1e9)
+    ticks = seconds * per_unit
+    if ticks.size and not (np.isfinite(ticks).all() and ticks.max() < MAX_ARRIVAL_TICKS // 2):
+        worst = float(kv_bytes.max())
+        raise WorkloadError(f"a request's KV ({worst / 2**30:.3g} GiB) would take {seconds.max():.3g} s over "
+                            f"{transfer.gb_per_s:g} GB/s, beyond the simulated clock's 53 days; expected a link "
+                            f"of at least {2 * worst / 1e9 / (MAX_ARRIVAL_TICKS / per_unit):.2g} GB/s (0: no limit)",
+                            field="transfer.gb_per_s")
+    return np.rint(ticks).astype(np.int64)
 
 
 # The requests of a group's own workload while it is built: the fleet's stream replaces them.

@@ -99,8 +99,8 @@ def search(model: str, traffic: Traffic, targets: Targets, configs: Sequence[Con
            progress: Callable[[int, int], None] | None = None, stats: SearchStats | None = None) -> list[Evaluation]:
     """Every configuration settled (bounds for all, then best-first waves of runs), ranked. The rows
     do not depend on the workers: each group runs in one worker, in the same order, and a wave is
-    fixed before it starts."""
-    with Workers(workers, ray) as pool:
+    fixed before it starts. No call has more jobs than there are configurations: the pool is no larger."""
+    with Workers(workers, ray, tasks=len(configs)) as pool:
         return _search(model, traffic, targets, configs, book, rules, pool, progress,
                        stats if stats is not None else SearchStats())
 

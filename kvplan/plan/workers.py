@@ -1,18 +1,24 @@
 """Where `kvplan plan`'s jobs run: in this process, in a pool of processes, or on Ray; in the
-jobs' order whichever, so that the rows never depend on it."""
+jobs' order whichever, so that the rows never depend on it. A pool never has more processes
+than the CPUs this process may use or the tasks it is given (kvplan.cpus.pool_size)."""
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable
+
+from kvplan.cpus import pool_size
 
 
 class Workers:
     """Where jobs run: in this process, in one pool of `workers` processes kept for every call
-    (forked where the platform allows: the children inherit the compiled engine), or on Ray."""
+    (forked where the platform allows: the children inherit the compiled engine), or on Ray.
+    `tasks`: the most jobs one call will be given (the pool is no larger: `pool_size`)."""
 
-    def __init__(self, workers: int = 1, ray: bool = False) -> None:
-        self.workers, self.ray = workers, ray
+    def __init__(self, workers: int = 1, ray: bool = False, *, tasks: int | None = None) -> None:
+        self.workers = pool_size(workers, workers if tasks is None else tasks)
+        self.ray = ray
         self._pool: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> "Workers":
@@ -44,13 +50,11 @@ class Workers:
 def run_jobs(fn: Callable, jobs: list, workers: int = 1, ray: bool = False):
     """fn(job) for every job, in the jobs' order (in this process, in a pool of `workers`
     processes, never more than the jobs, or as Ray tasks: Workers)."""
-    with Workers(min(workers, max(1, len(jobs))), ray) as pool:
+    with Workers(workers, ray, tasks=len(jobs)) as pool:
         yield from pool.map(fn, jobs)
 
 
 def _on_ray(fn: Callable, jobs: list, workers: int):
-    import os
-
     try:
         import ray
     except ImportError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
 from kvplan.workload import distributions as D
 from kvplan.workload import schema as S
+from kvplan.workload.spec import MAX_LINK_GB_PER_S, MAX_LINK_LATENCY_S
 from kvplan.workload.routing import ROUTER_NAMES
 from kvplan.workload.traces import TRACE_FORMATS
 
@@ -124,7 +125,8 @@ def workload_schema() -> dict:
                                        "pool": pool, "scheduler": _closed(scheduler_props),
                                        "allocators": {"type": "array", "items": allocator, "minItems": 1},
                                        "timing": _closed(timing_props)}, ())},
-        "transfer": _closed({"gb_per_s": {"type": "number", "minimum": 0}, "latency_s": {"type": "number", "minimum": 0}},
+        "transfer": _closed({"gb_per_s": {"type": "number", "minimum": 0, "maximum": MAX_LINK_GB_PER_S},
+                             "latency_s": {"type": "number", "minimum": 0, "maximum": MAX_LINK_LATENCY_S}},
                             ("gb_per_s",), "experiment fleet, disaggregated: the link the KV moves over"),
         "router": {"description": "experiment fleet: the router (kvplan/fleet/routers.py)", "anyOf": [
             {"enum": list(ROUTER_NAMES)},

@@ -353,6 +353,10 @@ class GroupSpec:
         return {k: getattr(self, k) for k in GROUP_OVERRIDES if getattr(self, k) is not None}
 
 
+MAX_LINK_GB_PER_S = 1e6  # 1 PB/s: far above any interconnect (NVLink 5 is 1.8 TB/s)
+MAX_LINK_LATENCY_S = 60.0  # a minute: far above any network's latency
+
+
 @dataclass(frozen=True, slots=True)
 class Transfer:
     """The link a prefill replica sends a request's KV over: `latency_s` + the KV bytes each GPU
@@ -363,8 +367,8 @@ class Transfer:
     latency_s: float = 0.0
 
     def __post_init__(self) -> None:
-        check_float(self.gb_per_s, "gb_per_s", ge=0, le=1e6)
-        check_float(self.latency_s, "latency_s", ge=0, le=60)
+        check_float(self.gb_per_s, "gb_per_s", ge=0, le=MAX_LINK_GB_PER_S)
+        check_float(self.latency_s, "latency_s", ge=0, le=MAX_LINK_LATENCY_S)
 
 
 @dataclass(frozen=True, slots=True)
