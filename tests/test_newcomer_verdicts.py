@@ -1,0 +1,112 @@
+"""A newcomer's second hour: verdicts that were missing, unexplained or wrong (issue 29).
+
+Overload: a serve run or a fleet whose requests arrive faster than it admits them says so, in one
+warning line of the report and an "overload" entry of the JSON (kvplan/sim/overload.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+# 8 sequences at once, 1 prefill step and 10-30 decode steps a request: about 8 / 21 = 0.38
+# requests a step is what this server sustains (time in steps: no GPU, exact and fast)
+STEP_SERVE = """\
+name: load
+seed: {seed}
+experiment: serve
+pool: {{slots: 100000}}
+requests:
+  count: 200
+  prompt: {{dist: uniform, low: 8, high: 24}}
+  output: {{dist: uniform, low: 10, high: 30}}
+  arrival: {{process: poisson, rate: {rate}}}
+allocators:
+  - {{kind: paged, block_size: 16}}
+scheduler: {{max_num_seqs: 8, max_model_len: 64}}
+"""
+CAPACITY = 0.38
+
+# two L40S replicas of 16 sequences each: about 20 requests/s between them
+FLEET = """\
+name: fleet
+experiment: fleet
+seed: {seed}
+model: meta-llama/Llama-3.1-8B-Instruct
+gpu: L40S
+pool: {{gpu_memory_utilization: 0.9}}
+scheduler: {{max_model_len: 4096, max_num_seqs: 16}}
+requests:
+  count: 300
+  prompt: {{dist: fixed, value: 500}}
+  output: {{dist: fixed, value: 50}}
+  arrival: {{process: poisson, rate: {rate}}}
+replicas:
+  - {{count: 2}}
+router: round_robin
+"""
+FLEET_CAPACITY = 20.0
+
+
+def _run(run_cli, tmp_path, template: str, rate: float, seed: int, *flags: str):
+    path = tmp_path / f"w-{seed}-{rate}.yaml"
+    path.write_text(template.format(seed=seed, rate=rate))
+    code, out, err = run_cli("simulate", str(path), *flags)
+    assert code == 0, err
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_serve_run_at_30_percent_never_warns(run_cli, tmp_path, seed):
+    doc = json.loads(_run(run_cli, tmp_path, STEP_SERVE, 0.3 * CAPACITY, seed, "--json"))
+    overload = doc["results"][0]["overload"]
+    assert overload["overloaded"] is False and overload["sustained_rate"] == pytest.approx(overload["offered_rate"], rel=0.05)
+    assert "overloaded" not in _run(run_cli, tmp_path, STEP_SERVE, 0.3 * CAPACITY, seed)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_serve_run_at_150_percent_always_warns(run_cli, tmp_path, seed):
+    doc = json.loads(_run(run_cli, tmp_path, STEP_SERVE, 1.5 * CAPACITY, seed, "--json"))
+    overload = doc["results"][0]["overload"]
+    assert overload["overloaded"] is True
+    assert overload["sustained_rate"] == pytest.approx(CAPACITY, rel=0.1)  # what the server does
+    assert overload["queue_delay_end"] > overload["queue_delay_mid"]
+    text = _run(run_cli, tmp_path, STEP_SERVE, 1.5 * CAPACITY, seed)
+    lines = [line for line in text.splitlines() if "overloaded" in line]
+    assert len(lines) == 1, text
+    line = lines[0]
+    assert line.startswith("warning: overloaded: requests arrive at ") and "/step" in line
+    assert f"{overload['sustained_rate']:.3g}/step (paged-B16)" in line
+    assert "--rate" in line and "replicas" in line and "kvplan plan" in line
+
+
+def test_the_overload_entry_is_byte_deterministic(run_cli, tmp_path):
+    first = _run(run_cli, tmp_path, STEP_SERVE, 1.5 * CAPACITY, 0, "--json")
+    assert first == _run(run_cli, tmp_path, STEP_SERVE, 1.5 * CAPACITY, 0, "--json")
+    assert '"overload": {' in first
+
+
+def test_a_run_whose_requests_all_arrive_at_once_has_no_rate_to_judge(run_cli, tmp_path):
+    path = tmp_path / "batch.yaml"
+    path.write_text(STEP_SERVE.format(seed=0, rate=1).replace("{process: poisson, rate: 1}", "{process: all_at_once}"))
+    code, out, err = run_cli("simulate", str(path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["results"][0]["overload"] is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_fleet_at_30_percent_never_warns(run_cli, tmp_path, seed):
+    doc = json.loads(_run(run_cli, tmp_path, FLEET, 0.3 * FLEET_CAPACITY, seed, "--json"))
+    assert doc["fleet"]["overload"]["overloaded"] is False
+    assert not any(r["overload"]["overloaded"] for r in doc["replicas"])
+    assert "overloaded" not in _run(run_cli, tmp_path, FLEET, 0.3 * FLEET_CAPACITY, seed)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_fleet_at_150_percent_always_warns(run_cli, tmp_path, seed):
+    doc = json.loads(_run(run_cli, tmp_path, FLEET, 1.5 * FLEET_CAPACITY, seed, "--json"))
+    overload = doc["fleet"]["overload"]
+    assert overload["overloaded"] is True and overload["sustained_rate"] < 0.9 * overload["offered_rate"]
+    text = _run(run_cli, tmp_path, FLEET, 1.5 * FLEET_CAPACITY, seed)
+    lines = [line for line in text.splitlines() if "overloaded" in line]
+    assert len(lines) == 1 and "(the fleet)" in lines[0], text
