@@ -110,3 +110,33 @@ def test_a_fleet_at_150_percent_always_warns(run_cli, tmp_path, seed):
     text = _run(run_cli, tmp_path, FLEET, 1.5 * FLEET_CAPACITY, seed)
     lines = [line for line in text.splitlines() if "overloaded" in line]
     assert len(lines) == 1 and "(the fleet)" in lines[0], text
+
+
+# "It would fit with --gpu A100-80GB" for a model that does not fit on an H100-80GB of the same memory
+def test_a_same_memory_gpu_that_fits_says_why_and_the_batch_flags_that_fit_here(run_cli):
+    code, out, err = run_cli("size", "Qwen/QwQ-32B", "--gpu", "H100-80GB", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["fits"] is False and doc["would_fit"]["gpu"] == "A100-80GB"
+    assert doc["would_fit"]["batch_defaults"] == {
+        "A100-80GB": {"max_num_batched_tokens": 2048, "max_num_seqs": 256},
+        "H100-80GB": {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}}
+    batch = doc["would_fit"]["batch"]
+    code, text, err = run_cli("size", "Qwen/QwQ-32B", "--gpu", "H100-80GB")
+    flat = " ".join(text.split())
+    assert "Why A100-80GB: vLLM's default batch there is 2,048 batched tokens and 256 sequences" in flat
+    flags = ["--max-num-seqs", str(batch["max_num_seqs"]), "--max-num-batched-tokens", str(batch["max_num_batched_tokens"])]
+    assert f"On H100-80GB it fits with {' '.join(flags)}" in flat
+    # the suggestion is what the sizing says: with those flags it fits, and with the defaults it did not
+    code, out, err = run_cli("size", "Qwen/QwQ-32B", "--gpu", "H100-80GB", *flags, "--json")
+    fixed = json.loads(out)
+    assert code == 0 and fixed["fits"] is True and fixed["reason"] is None and "would_fit" not in fixed
+    # a milder cut than taking the A100's defaults
+    assert batch["max_num_batched_tokens"] * batch["max_num_seqs"] > 2048 * 256
+
+
+def test_a_batch_fix_is_offered_only_where_one_fits(run_cli):
+    """Weights alone larger than the GPU: no batch flag helps, none is offered."""
+    code, out, err = run_cli("size", "Qwen/Qwen2.5-72B-Instruct", "--gpu", "H100-80GB", "--json")
+    assert code == 0, err
+    assert not json.loads(out)["would_fit"].get("batch")
