@@ -140,3 +140,25 @@ def test_a_batch_fix_is_offered_only_where_one_fits(run_cli):
     code, out, err = run_cli("size", "Qwen/Qwen2.5-72B-Instruct", "--gpu", "H100-80GB", "--json")
     assert code == 0, err
     assert not json.loads(out)["would_fit"].get("batch")
+
+
+# "requests at once 57" beside vLLM's "15.50x" for a model with sliding-window layers
+def test_a_sliding_window_model_says_why_its_two_concurrencies_differ(run_cli):
+    code, out, err = run_cli("size", "google/gemma-3-12b-it", "--gpu", "H100-80GB", "--tokens", "8192", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["max_concurrency"] != int(doc["vllm_concurrency"])
+    [note] = [n for n in doc["notes"] if "requests at once against vLLM's" in n]
+    assert f"{doc['max_concurrency']:,} requests at once against vLLM's {doc['vllm_concurrency']:.2f}x" in note
+    assert "1,024 tokens (the window)" in note and "max_num_batched_tokens 8,192" in note
+    assert "as if they were full-attention layers" in note  # 1,023 + 8,192 passes the 8,192 asked for
+    code, text, _ = run_cli("size", "google/gemma-3-12b-it", "--gpu", "H100-80GB", "--tokens", "8192")
+    assert "requests at once against vLLM's" in " ".join(text.split())
+
+
+def test_the_concurrency_note_shows_only_where_the_two_differ(run_cli):
+    code, out, err = run_cli("size", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-80GB", "--tokens", "8192",
+                             "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["max_concurrency"] == int(doc["vllm_concurrency"])
+    assert not any("requests at once against" in n for n in doc["notes"])

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, replace
 from kvplan.errors import ConfigError, UsageError
 from kvplan.model.build import build_layout
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
-from kvplan.model.fit import SizeReport, size_model
+from kvplan.model.concurrency_note import concurrency_note
+from kvplan.model.fit import SizeReport, size_model, sliding_batch
 from kvplan.model.layout import KVLayout
 from kvplan.model.resolve import load_spec
 from kvplan.model.vllm_memory import VLLM_RELEASE, EngineOptions, long_max_len_reason, release_rules
@@ -114,6 +115,12 @@ def size(
         notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")
     if beyond and report.kv_pool_bytes is not None and engine == "vllm":
         report = replace(report, fits=False, reason=long_max_len_reason(report.tokens, spec.max_context))
+    if report.kv_pool_bytes is not None:
+        memory = report.memory_breakdown
+        batched = sliding_batch(memory["max_num_batched_tokens"] if memory else max_num_batched_tokens, gpu_spec)
+        note = concurrency_note(report, layout, batched)
+        if note:
+            notes.append(note)
     run = SizeRun(report, layout, tuple(notes))
     if report.kv_pool_bytes is None or kv_bytes is not None or not explore:
         return run
