@@ -162,3 +162,88 @@ def test_the_concurrency_note_shows_only_where_the_two_differ(run_cli):
     doc = json.loads(out)
     assert code == 0 and doc["max_concurrency"] == int(doc["vllm_concurrency"])
     assert not any("requests at once against" in n for n in doc["notes"])
+
+
+# Prefix, sharing, fleet and rate-sweep runs report progress as serve runs do (a bar on a
+# terminal's stderr after a second; never with --json, never on a pipe: kvplan/cli/progress.py)
+PREFIX_RUN = """\
+experiment: prefix
+seed: 1
+pool: {slots: 4096}
+requests:
+  count: 600
+  prompt: {dist: uniform, low: 8, high: 64}
+  output: {dist: fixed, value: 8}
+  arrival: {process: all_at_once}
+allocators: [{kind: paged, block_size: 8}, {kind: paged, block_size: 16}]
+prefix: {system_prompts: 2, system_prompt_len: 160, popularity: uniform}
+scheduler: {max_model_len: 1024}
+"""
+SHARING_RUN = """\
+experiment: sharing
+seed: 0
+pool: {slots: 1000000}
+requests:
+  count: 600
+  prompt: {dist: lognormal, mean: 19.31, sigma: 0.5, min: 1, max: 2048}
+  output: {dist: lognormal, mean: 58.45, sigma: 0.8, min: 1, max: 512}
+  arrival: {process: all_at_once}
+allocators: [{kind: paged, block_size: 16}]
+sampling: {mode: both, widths: [2, 4], parent: random}
+scheduler: {max_model_len: 4096}
+"""
+
+
+@pytest.fixture
+def bars(monkeypatch):
+    """Every progress bar made, with each (completed, total) it was moved to; none drawn."""
+    from kvplan.cli import progress
+
+    made = []
+    real_init = progress.StderrBar.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.calls = []
+        made.append(self)
+
+    monkeypatch.setattr(progress.StderrBar, "__init__", init)
+    monkeypatch.setattr(progress.StderrBar, "update", lambda self, completed: self.calls.append((completed, self.total)))
+    return made
+
+
+@pytest.mark.parametrize("body, work", [(PREFIX_RUN, 2 * 600), (SHARING_RUN, 2 * 2 * 600)])
+def test_prefix_and_sharing_runs_move_a_progress_bar(run_cli, tmp_path, bars, body, work):
+    path = tmp_path / "run.yaml"
+    path.write_text(body)
+    code, out, err = run_cli("simulate", str(path))
+    assert code == 0 and err == "", err  # not a terminal: no bar drawn
+    [bar] = bars
+    assert bar.enabled is False  # stderr is not a terminal here
+    done = [c for c, _ in bar.calls]
+    assert len(done) >= 2 and done == sorted(done) and bar.calls[-1][1] == work and done[-1] <= work
+    code, out, err = run_cli("simulate", str(path), "--json")
+    assert code == 0 and err == "" and bars[-1].enabled is False  # --json: never a bar
+    json.loads(out)
+
+
+def test_a_rate_sweep_moves_the_bar_past_the_serve_runs(run_cli, tmp_path, bars):
+    path = tmp_path / "serve.yaml"
+    path.write_text(STEP_SERVE.format(seed=0, rate=0.1))
+    code, out, err = run_cli("simulate", str(path), "--rates", "0.1,0.2,0.4")
+    assert code == 0, err
+    [bar] = bars
+    done = [c for c, _ in bar.calls]
+    assert bar.total == 200 * (1 + 3) and max(done) > 200  # the sweep's three runs follow the serve run
+    assert done[-1] == 200 * 4
+
+
+def test_a_bar_is_drawn_only_on_a_terminal(monkeypatch):
+    import io
+
+    from kvplan.cli.progress import StderrBar
+
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert StderrBar("x", 10).enabled is False
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    assert StderrBar("x", 10).enabled is True and StderrBar("x", 10, enabled=False).enabled is False
