@@ -247,3 +247,30 @@ def test_a_bar_is_drawn_only_on_a_terminal(monkeypatch):
     assert StderrBar("x", 10).enabled is False
     monkeypatch.setattr("sys.stderr.isatty", lambda: True)
     assert StderrBar("x", 10).enabled is True and StderrBar("x", 10, enabled=False).enabled is False
+
+
+def test_no_gpu_reports_more_to_cuda_than_it_has(run_cli):
+    """The catalog's memory is the device's total as its driver reports it; what torch sees
+    (cudaMemGetInfo / hipMemGetInfo) is that or less, so the two columns never disagree the
+    wrong way round (the MI300X read 191.7 GiB in one and 192 in the other)."""
+    from kvplan.model.gpus import get_gpu, gpu_names
+
+    for name in gpu_names():
+        gpu = get_gpu(name)
+        if gpu.cuda_memory_bytes is not None:
+            assert gpu.cuda_memory_bytes <= gpu.memory_bytes, name
+    code, out, _ = run_cli("gpus", "--json")
+    assert code == 0
+    for row in json.loads(out)["gpus"]:
+        if row.get("cuda_memory_bytes") is not None:
+            assert row["cuda_memory_bytes"] <= row["memory_bytes"], row["name"]
+
+
+def test_a_config_without_a_dtype_is_served_as_vllm_serves_it(run_cli):
+    """gpt-oss names no torch_dtype: vLLM's dtype auto reads the checkpoint's weights (bf16 around
+    the MXFP4 experts) or falls back to float32, served as bf16 on GPUs with bf16. It used to read
+    'fp16 assumed'."""
+    code, out, _ = run_cli("size", "openai/gpt-oss-20b", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["kv_dtype"] == "bf16"
+    assert not any("assumed" in n for n in doc["notes"]) and any("dtype auto" in n for n in doc["notes"])
