@@ -33,11 +33,12 @@ def with_block_sizes(workload: Workload, block_sizes: Sequence[int] | None) -> W
 
 
 def document(workload: Workload, *, block_sizes: Sequence[int] | None = None,
-             cache_blocks: Sequence[int] | None = None) -> dict:
+             cache_blocks: Sequence[int] | None = None, progress=None) -> dict:
     """What `kvplan simulate --json` prints for this workload, whatever its experiment.
 
     Errors raised while running (settings that can never serve a request) are located in the
-    workload file.
+    workload file. `progress(done, total)`, when given, is called now and then by the prefix,
+    sharing and fleet experiments (work units: requests replayed, groups, requests routed).
     """
     workload = with_block_sizes(workload, block_sizes)
     try:
@@ -48,15 +49,15 @@ def document(workload: Workload, *, block_sizes: Sequence[int] | None = None,
         if workload.experiment == "prefix":
             from kvplan.replay.documents import prefix_document
 
-            return prefix_document(workload, cache_blocks)
+            return prefix_document(workload, cache_blocks, progress=progress)
         if workload.experiment == "sharing":
             from kvplan.replay.documents import sharing_document
 
-            return sharing_document(workload)
+            return sharing_document(workload, progress=progress)
         if workload.experiment == "fleet":
             from kvplan.fleet.run import fleet_document
 
-            return fleet_document(workload)
+            return fleet_document(workload, progress=progress)
         from kvplan.sim.engine import serve_document
 
         return serve_document(workload)

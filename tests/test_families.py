@@ -225,7 +225,7 @@ def test_granite_multipliers_change_no_size():
     with_multipliers = _spec(raw)
     assert build_layout(with_multipliers).groups == build_layout(spec).groups
     assert estimate_weights(with_multipliers).params == estimate_weights(spec).params
-    assert build_layout(spec).bytes_per_token == 40 * 2 * 8 * 128 * BF16 == 163_840  # float32 served as fp16
+    assert build_layout(spec).bytes_per_token == 40 * 2 * 8 * 128 * BF16 == 163_840  # float32 served as bf16
     hidden = 4096
     tied = 49155 * hidden  # shared input/output embeddings, counted once
     assert estimate_weights(spec).params == tied + 40 * (hidden * 128 * (2 * 32 + 2 * 8) + 3 * hidden * 12800)

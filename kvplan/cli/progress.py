@@ -23,6 +23,18 @@ class StderrBar:
         if self.bar is not None:
             self.bar.stop()
 
+    def set_total(self, total: int) -> None:
+        """A new total (a run that learns how much work it has as it goes)."""
+        self.total = max(total, 1)
+        if self.bar is not None:
+            self.bar.update(self.task, total=self.total)
+
+    def report(self, completed: int, total: int) -> None:
+        """`update` as a `progress(done, total)` hook."""
+        if total != self.total:
+            self.set_total(total)
+        self.update(completed)
+
     def update(self, completed: int) -> None:
         if not self.enabled or time.monotonic() - self.start < self.delay_s:
             return

@@ -39,16 +39,19 @@ def _run(wl: Workload, record: bool, rates, latency_bound: float, show_progress:
     with _Progress(wl.num_requests, len(wl.allocators), enabled=show_progress) as bar:
         results = simulate_all(wl, progress_for=bar.callback, record_requests=record)
         doc = document_of(wl, results)
-        if rates:
-            doc["rate_sweep"] = _sweep(wl, rates, latency_bound)
+        if rates:  # the sweep's runs follow those run (a cached run may have added its no-cache twin)
+            bar.set_total(wl.num_requests * (len(results) + len(wl.allocators) * len(rates)))
+            doc["rate_sweep"] = _sweep(wl, rates, latency_bound, bar, len(results))
     return results, doc
 
 
-def _sweep(wl: Workload, rates: list[float], latency_bound: float) -> list[dict]:
+def _sweep(wl: Workload, rates: list[float], latency_bound: float, bar: "_Progress", first: int) -> list[dict]:
     from kvplan.sim.sweep import rate_sweep
 
-    return [{"label": spec.label, **rate_sweep(wl, spec, rates, latency_bound).to_dict()}
-            for spec in wl.allocators]
+    return [{"label": spec.label,
+             **rate_sweep(wl, spec, rates, latency_bound,
+                          progress_for=lambda i, a=a: bar.callback(first + a * len(rates) + i)).to_dict()}
+            for a, spec in enumerate(wl.allocators)]
 
 
 class _Progress(StderrBar):

@@ -135,7 +135,12 @@ def _simulate_document(wl, as_json: bool, plot: Optional[Path], options: dict) -
     from kvplan.report.files import atomic_write
     from kvplan.report.output import emit_json
 
-    doc = document(wl, block_sizes=options["block_sizes"], cache_blocks=options["cache_blocks"])
+    from kvplan.cli.progress import StderrBar
+
+    # the bar of a long replay: on a terminal's stderr only, never with --json (kvplan/cli/progress.py)
+    with StderrBar("simulating", 1, enabled=not as_json, delay_s=1.0) as bar:
+        doc = document(wl, block_sizes=options["block_sizes"], cache_blocks=options["cache_blocks"],
+                       progress=bar.report)
     if wl.experiment == "capacity":
         from kvplan.report.capacity_view import plot_capacity as draw, render_capacity as render
     elif wl.experiment == "fleet":

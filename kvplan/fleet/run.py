@@ -41,6 +41,7 @@ from kvplan.sim.engine import KernelState
 from kvplan.sim.inputs import ChunkPreparer, SimSetup, make_setup
 from kvplan.sim.timing import MAX_ARRIVAL_TICKS
 from kvplan.sim.metrics import ServeResult, Stats, build_result, client_frontend, latency_arrays
+from kvplan.sim.overload import Overload, overload_of
 from kvplan.workload.distributions import Fixed, Lengths
 from kvplan.workload.records import Workload
 from kvplan.workload.chunks import RequestChunk
@@ -182,6 +183,7 @@ class FleetResult:
     imbalance: float  # max / mean busy time
     transfer: Stats | None = None  # disaggregated: each request's KV transfer time
     roles: list[str] | None = None  # disaggregated: each replica's pool
+    overload: Overload | None = None  # the fleet's requests arriving faster than it admits them
 
     def to_dict(self) -> dict:
         roles = self.roles or ["both"] * len(self.replicas)
@@ -196,7 +198,8 @@ class FleetResult:
                       "throughput_rps": self.throughput_rps, "throughput_tps": self.throughput_tps,
                       "ttft_s": self.ttft.to_dict(), "tpot_s": self.tpot.to_dict(), "e2e_s": self.e2e.to_dict(),
                       "prefix_hit_rate": self.prefix_hit_rate, "imbalance": self.imbalance,
-                      "transfer_s": None if self.transfer is None else self.transfer.to_dict()},
+                      "transfer_s": None if self.transfer is None else self.transfer.to_dict(),
+                      "overload": None if self.overload is None else self.overload.to_dict()},
             "replicas": per,
         }
 
@@ -254,13 +257,13 @@ def _serve(replicas: list[Replica], router, chunks, total: int = 0, progress=Non
 
 def _by_gid(replicas: list[Replica], n: int) -> dict[str, np.ndarray]:
     """Per request of the fleet (by its number): the columns of the raw run that served it."""
-    keys = ("sent", "first_token", "finish", "prompt", "output", "frontend")
+    keys = ("sent", "arrival", "admitted", "first_token", "finish", "prompt", "output", "frontend")
     out = {k: np.full(n, -1, dtype=np.int64) for k in keys}
     for r in replicas:
         if not r.gids:
             continue
         raw, gids = r.state.raw(), np.concatenate(r.gids)
-        for k in ("first_token", "finish", "prompt", "output"):
+        for k in ("arrival", "admitted", "first_token", "finish", "prompt", "output"):
             out[k][gids] = getattr(raw, k)
         out["sent"][gids] = raw.arrival if raw.sent is None else raw.sent
         out["frontend"][gids] = client_frontend(raw, r.setup.clock)  # its API server's share
@@ -317,7 +320,10 @@ def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, tot
     many = d["output"] > 1
     tpot = (d["finish"] - d["first_token"])[many] / per_unit / (d["output"][many] - 1)
     span = (int(d["finish"].max()) - int(sent.min())) / per_unit if n else 0.0
+    # the fleet's queueing: a request's wait for a prefill replica, then for a decode replica
+    waited = p["admitted"] + (d["admitted"] - d["arrival"])
     return replace(result, completed=n, makespan=span, throughput_rps=n / span if span else 0.0,
+                   overload=overload_of(p["arrival"], waited, per_unit),
                    throughput_tps=int(d["output"].sum()) / span if span else 0.0,
                    ttft=Stats.of(ttft), tpot=Stats.of(tpot), e2e=Stats.of(e2e),
                    transfer=Stats.of(moved / per_unit), roles=[r.group.role for r in replicas])
@@ -333,8 +339,13 @@ def _undo(values: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica]) -> FleetResult:
     results, arrays, hits, queries, out = [], [], 0, 0, 0
+    n = sum(r.routed for r in replicas)
+    arrival, admitted = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)  # by the fleet's number
     for r in replicas:  # a replica the router never chose has an empty result
         raw = r.state.raw()
+        if r.gids:
+            gids = np.concatenate(r.gids)
+            arrival[gids], admitted[gids] = raw.arrival, raw.admitted
         out += int(raw.output.sum())
         results.append(build_result(raw, r.setup))
         arrays.append(latency_arrays(raw, r.setup.clock.ticks_per_unit, client_frontend(raw, r.setup.clock)))
@@ -357,6 +368,8 @@ def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica]) -> F
         ttft=Stats.of(cat["ttft"]), tpot=Stats.of(cat["tpot"]), e2e=Stats.of(cat["e2e"]),
         prefix_hit_rate=hits / queries if queries else None,
         imbalance=max(busy) / mean_busy if mean_busy else 1.0,
+        # a disaggregated fleet numbers its decode requests apart: _disaggregated sets its own
+        overload=overload_of(arrival, admitted, per_unit) if all(r.group.role == "both" for r in replicas) else None,
     )  # fmt: skip
 
 

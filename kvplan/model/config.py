@@ -94,13 +94,17 @@ def _ties_by_default(model_type: str) -> bool:
 def _dtype(cfg: ConfigReader, top: ConfigReader) -> tuple[str, str]:
     value = cfg.raw.get("torch_dtype") or cfg.raw.get("dtype")
     value = value or top.raw.get("torch_dtype") or top.raw.get("dtype")
+    # vLLM's dtype auto (vllm/config/model.py, _get_and_verify_dtype and _resolve_auto_dtype): a
+    # config without a dtype is read from the checkpoint's weights, else taken as float32, and float32
+    # is served in the platform's first supported dtype: bf16 on GPUs that have it, fp16 on older ones
+    # (V100). Two bytes either way, so the KV and weight bytes do not depend on which.
     if value is None:
-        return "fp16", "no torch_dtype in config; fp16 assumed"
+        return "bf16", "no torch_dtype in config: served as bf16, vLLM's dtype auto on GPUs with bf16 (fp16 on V100)"
     name = CONFIG_DTYPE_NAMES.get(str(value).removeprefix("torch."))
     if name is None:
         raise ConfigError(f"unknown dtype {value!r}", file=cfg.source, field="torch_dtype")
     if name == "fp32":
-        return "fp16", "config is float32; served as fp16, as vLLM does"
+        return "bf16", "config is float32: served as bf16, vLLM's dtype auto on GPUs with bf16 (fp16 on V100)"
     return name, ""
 
 

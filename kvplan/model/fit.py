@@ -125,10 +125,7 @@ def size_model(
     else:  # weights larger than the GPU's share leave no pool at all (never a negative one)
         pool = max(int(gpu.memory_bytes * gpu_memory_utilization) - per_gpu_weights, 0)
     fit = pool_fit(layout, pool, tokens, block_size)
-    # the batch a sliding-window group's blocks per request follow: vLLM's for the GPU, the one
-    # asked for, or without either the H100 default
-    batched = (memory.max_num_batched_tokens if memory else engine_options.max_num_batched_tokens
-               or (default_batch(gpu.name, gpu.cuda_memory_bytes)[0] if gpu else SERVE_BATCH_LARGE[0]))
+    batched = sliding_batch(memory.max_num_batched_tokens if memory else engine_options.max_num_batched_tokens, gpu)
     if groups is not None:
         fit["vllm_concurrency"] = groups.concurrency(pool, tokens, batched)
         fit["vllm_kv_cache_tokens"] = groups.kv_cache_tokens(pool, tokens, batched,
@@ -147,6 +144,14 @@ def size_model(
         vllm_num_blocks=groups.num_blocks(pool) if groups is not None else None,
         **fit,
     )
+
+
+def sliding_batch(max_num_batched_tokens: int | None, gpu: GPU | None) -> int:
+    """The batch a sliding-window group's blocks per request follow: the one vLLM runs with (asked
+    for, or its default for the GPU), or without either the H100 default."""
+    if max_num_batched_tokens:
+        return max_num_batched_tokens
+    return default_batch(gpu.name, gpu.cuda_memory_bytes)[0] if gpu else SERVE_BATCH_LARGE[0]
 
 
 def _verdict(layout: KVLayout, groups: KVGroups | None, memory: StartupMemory, max_model_len: int,

@@ -4,7 +4,8 @@ What ``memory_bytes`` means
 ---------------------------
 ``memory_bytes`` is the total memory the device reports to software, not a marketing figure: the
 ``memory.total`` that ``nvidia-smi`` prints (in MiB, here times 2**20), and for AMD the VRAM total that
-``rocm-smi`` prints in bytes.
+``rocminfo`` prints as the GPU agent's global segment (what HIP reports as its total, a few MiB above
+what torch sees).
 
 The data-sheet "GB" of HBM parts is binary: an "80 GB" H100 carries 80 GiB of DRAM (five 16 GiB stacks)
 and an "A100 40GB" carries 40 GiB. What the device reports is that capacity or a little less:
@@ -12,7 +13,7 @@ and an "A100 40GB" carries 40 GiB. What the device reports is that capacity or a
 * A100-40GB reports 40,960 MiB, exactly 40 GiB; A100-80GB reports 81,920 MiB, exactly 80 GiB.
 * H100 80GB reports 81,559 MiB (about 79.6 GiB); the rest is held back by the GPU itself.
 * H200 ("141 GB") reports 143,771 MiB (about 140.4 GiB); B200 ("180 GB" usable of 192 GiB) reports
-  183,359 MiB (about 179.1 GiB); MI300X ("192 GB") reports 205,822,885,888 bytes (about 191.7 GiB).
+  183,359 MiB (about 179.1 GiB); MI300X ("192 GB", eight 24 GiB stacks) reports 201,310,208 KiB (about 191.98 GiB).
 * GDDR boards with ECC switched on (A10G, L4, L40S, as the clouds ship them) lose about 1/16 to ECC:
   an L4 "24 GB" reports 23,034 MiB. The RTX 4090 has no ECC and reports 24,564 MiB of its 24 GiB.
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, replace
 from kvplan.errors import ConfigError, UsageError
 from kvplan.model.build import build_layout
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
-from kvplan.model.fit import SizeReport, size_model
+from kvplan.model.concurrency_note import concurrency_note
+from kvplan.model.fit import SizeReport, size_model, sliding_batch
 from kvplan.model.layout import KVLayout
 from kvplan.model.resolve import load_spec
 from kvplan.model.vllm_memory import VLLM_RELEASE, EngineOptions, long_max_len_reason, release_rules
@@ -114,6 +115,12 @@ def size(
         notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")
     if beyond and report.kv_pool_bytes is not None and engine == "vllm":
         report = replace(report, fits=False, reason=long_max_len_reason(report.tokens, spec.max_context))
+    if report.kv_pool_bytes is not None:
+        memory = report.memory_breakdown
+        batched = sliding_batch(memory["max_num_batched_tokens"] if memory else max_num_batched_tokens, gpu_spec)
+        note = concurrency_note(report, layout, batched)
+        if note:
+            notes.append(note)
     run = SizeRun(report, layout, tuple(notes))
     if report.kv_pool_bytes is None or kv_bytes is not None or not explore:
         return run
@@ -129,8 +136,33 @@ def size(
             at[length] = round(other.vllm_concurrency, 2) if other.reason is None else 0.0
     run = replace(run, concurrency_at=at)
     if not report.fits and not beyond:  # past the context no other GPU or TP degree would do
-        run = replace(run, would_fit=_would_fit(model, gpu_spec.name, tp, fit_args))
+        would = _would_fit(model, gpu_spec.name, tp, fit_args)
+        if engine == "vllm" and report.weight_bytes < gpu_spec.cuda_memory_bytes:
+            would.update(_batch_fix(model, gpu_spec.name, tp, would.get("gpu"), fit_args))
+        run = replace(run, would_fit=would)
     return run
+
+
+def _batch_fix(model: str, gpu: str, tp: int, other_gpu: str | None, args: dict) -> dict:
+    """vLLM's default batch on the GPU that would fit, where it differs from this GPU's (the
+    reason a GPU of the same memory fits), and the smaller batch that fits on this GPU, checked
+    by sizing with it (kvplan/model/batch_fit.py)."""
+    from kvplan.model.batch_fit import batch_defaults, smaller_batch
+
+    out: dict = {}
+    defaults_used = args.get("max_num_batched_tokens") is None and args.get("max_num_seqs") is None
+    if defaults_used and other_gpu is not None and batch_defaults(other_gpu) != batch_defaults(gpu):
+        (t, s), (t0, s0) = batch_defaults(other_gpu), batch_defaults(gpu)
+        out["batch_defaults"] = {other_gpu: {"max_num_batched_tokens": t, "max_num_seqs": s},
+                                 gpu: {"max_num_batched_tokens": t0, "max_num_seqs": s0}}
+    rest = {k: v for k, v in args.items() if k not in ("max_num_batched_tokens", "max_num_seqs")}
+
+    def fits(tokens: int, seqs: int) -> bool:
+        return size(model, gpu=gpu, tp=tp, max_num_batched_tokens=tokens, max_num_seqs=seqs, explore=False,
+                    **rest).report.fits
+
+    out["batch"] = smaller_batch(fits, gpu, args.get("max_num_batched_tokens"), args.get("max_num_seqs"))
+    return out
 
 
 def _would_fit(model: str, gpu: str, tp: int, args: dict) -> dict:

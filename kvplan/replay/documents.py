@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from kvplan.errors import KvplanError, TraceError, WorkloadError
-from kvplan.replay.prefix import hit_rate_sweep, stats_dict
+from kvplan.replay.prefix import LARGE_CACHE, hit_rate_sweep, stats_dict
 from kvplan.workload.pool_rules import usable_blocks
 from kvplan.workload.prefixes import prefix_options, request_stream
 from kvplan.replay.sharing import MODES, sharing_savings
@@ -28,17 +28,27 @@ def _paged_sizes(workload: Workload) -> list[int]:
     return sizes
 
 
-def prefix_document(workload: Workload, cache_blocks: Sequence[int] | None = None) -> dict:
-    """Hit rates (vLLM's definitions) per paged block size, and per cache size when swept."""
+def prefix_document(workload: Workload, cache_blocks: Sequence[int] | None = None, *, progress=None) -> dict:
+    """Hit rates (vLLM's definitions) per paged block size, and per cache size when swept;
+    `progress(requests read, requests every replay reads)` as the stream is read."""
     spec, replay = prefix_options(workload)
+    blocks = _paged_sizes(workload)
+    sizes_of = {b: (list(cache_blocks) if cache_blocks
+                    else [usable_blocks(workload.pool.slots // b, workload.scheduler.null_block)]) for b in blocks}
+    # every replay reads the stream once, and a sweep past LARGE_CACHE once more to size its cache
+    passes = sum(len(s) + (max(s) > LARGE_CACHE) for s in sizes_of.values())
+    read = [0]
 
     def make_chunks():
-        return request_stream(workload)
+        for chunk in request_stream(workload):
+            read[0] += len(chunk)
+            if progress is not None:
+                progress(read[0], passes * workload.num_requests)
+            yield chunk
 
     results = []
-    for block_size in _paged_sizes(workload):
-        sizes = (list(cache_blocks) if cache_blocks
-                 else [usable_blocks(workload.pool.slots // block_size, workload.scheduler.null_block)])
+    for block_size in blocks:
+        sizes = sizes_of[block_size]
         try:
             runs = hit_rate_sweep(make_chunks, sizes, block_size, **replay)
         except TraceError:
@@ -60,8 +70,9 @@ def _prefix_row(run) -> dict:
             "blocks_evicted": stats["blocks_evicted"]}
 
 
-def sharing_document(workload: Workload) -> dict:
-    """Blocks saved by fork and copy-on-write for each mode, width and paged block size."""
+def sharing_document(workload: Workload, *, progress=None) -> dict:
+    """Blocks saved by fork and copy-on-write for each mode, width and paged block size;
+    `progress(groups done, groups in all)` as they run."""
     sampling = workload.sampling
     if sampling is None:
         raise WorkloadError("the sharing experiment needs a sampling section, e.g. "
@@ -70,11 +81,16 @@ def sharing_document(workload: Workload) -> dict:
     prompts, outputs = _lengths(workload.make_requests())
     modes = MODES if mode == "both" else (mode,)
     rows = []
-    for block_size in _paged_sizes(workload):
+    blocks = _paged_sizes(workload)
+    runs, total = 0, len(blocks) * len(modes) * len(widths) * len(prompts)
+    for block_size in blocks:
         for m in modes:
             for w in widths:
                 rng = np.random.default_rng([workload.seed, w, block_size])
-                r = sharing_savings(m, w, prompts, outputs, block_size, rng, parent=parent)
+                done = runs * len(prompts)
+                hook = None if progress is None else (lambda g, done=done: progress(done + g, total))
+                r = sharing_savings(m, w, prompts, outputs, block_size, rng, parent=parent, progress=hook)
+                runs += 1
                 rows.append({"allocator": "paged", "label": f"paged-B{block_size}", "block_size": block_size,
                              "mode": m, "width": w, "groups": r.groups, "parent": r.parent,
                              "saving": r.saving, "peak_saving": r.peak_saving})

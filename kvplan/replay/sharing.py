@@ -22,7 +22,7 @@ Models (simplified, stated):
 from __future__ import annotations
 
 from dataclasses import asdict, astuple, dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from kvplan.workload.spec import BEAM_PARENTS, SAMPLING_MODES
 MODES, PARENTS = SAMPLING_MODES, BEAM_PARENTS  # the sampling section's (kvplan/workload/spec.py)
 # Kwon et al. (SOSP'23) Fig. 11b, Alpaca: input mean 19.31, output mean 58.45 tokens.
 ALPACA_PROMPT_MEAN, ALPACA_OUTPUT_MEAN = 19.31, 58.45
+PROGRESS_EVERY = 256  # groups between progress reports
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +155,10 @@ def alpaca_like_lengths(groups: int, rng: np.random.Generator) -> tuple[np.ndarr
 
 def sharing_savings(mode: str, width: int, prompt_lens: np.ndarray, output_lens: np.ndarray,
                     block_size: int, rng: np.random.Generator, *,
-                    parent: str = "random") -> SharingResult:  # fmt: skip
+                    parent: str = "random", progress: Callable[[int], None] | None = None) -> SharingResult:  # fmt: skip
     """Block savings of one group per prompt. Parallel sampling draws each sample's output
     length from `output_lens` (its own one first, then others at random); beam search runs the
-    group's own output length."""
+    group's own output length. `progress(groups done)` every PROGRESS_EVERY groups."""
     if mode not in MODES:
         raise KvplanError(f"unknown sharing mode {mode!r}; expected {' or '.join(MODES)}")
     if parent not in PARENTS:
@@ -167,6 +168,8 @@ def sharing_savings(mode: str, width: int, prompt_lens: np.ndarray, output_lens:
     total = GroupUsage(0, 0, 0, 0, 0)
     prompts, outputs = np.asarray(prompt_lens).tolist(), np.asarray(output_lens)
     for g, prompt in enumerate(prompts):
+        if progress is not None and g % PROGRESS_EVERY == 0:
+            progress(g)
         length = int(outputs[g])
         if mode == "parallel":
             lens = [length, *rng.choice(outputs, width - 1).tolist()]

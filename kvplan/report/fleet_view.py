@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvplan.report.output import console, print_table
+from kvplan.report.overload import print_fleet_overload
 from kvplan.text import count, plot_label, printable, terminal
 
 
@@ -43,6 +44,7 @@ def render_fleet(doc: dict, top: int = 64) -> None:
     print_table(out, table)
     if len(doc["replicas"]) > top:
         out.print(f"[dim]({len(doc['replicas']) - top} more replicas in --json)[/dim]")
+    print_fleet_overload(out, doc)
 
 
 def plot_fleet(doc: dict, path: str | Path) -> None:

@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 from kvplan.report.output import console, print_table
+from kvplan.report.overload import print_overload
 from kvplan.text import count, plot_label, terminal
 
 BREAKDOWN = ("token_states", "reserved", "internal", "external", "free")
@@ -58,6 +59,7 @@ def render_serve(doc: dict) -> None:
         print_table(out, _prefix_table(cached))
     if doc.get("rate_sweep"):
         print_table(out, _sweep_table(doc["rate_sweep"], unit))
+    print_overload(out, [(r["label"], r.get("overload")) for r in doc["results"]], unit)
     clipped = doc["results"][0].get("clipped", 0) if doc["results"] else 0
     if clipped:
         noun = "request was" if clipped == 1 else "requests were"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from kvplan.model.fit import SizeReport
 from kvplan.model.layout import KVLayout
 from kvplan.report.output import console, print_table
+from kvplan.report.size_hints import print_batch_hints
 from kvplan.text import count, terminal
 from kvplan.units import format_bytes
 
@@ -45,6 +46,7 @@ def render_size(report: SizeReport, layout: KVLayout, notes: list[str], concurre
         options = [o for o in options if o]
         out.print("It would fit with " + " or ".join(options) + "." if options
                   else "No TP degree up to 8 on this GPU, and no catalog GPU at this TP, would fit.")
+        print_batch_hints(out, would_fit, report.gpu)
     for note in notes:
         out.print(f"[dim]note: {terminal(note)}[/dim]")
 

@@ -31,6 +31,7 @@ from kvplan.errors import WorkloadError
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.model.step_time import STREAM_BUSY_CAP
 from kvplan.sim.inputs import SimSetup
+from kvplan.sim.overload import Overload, overload_of
 
 INTEGRALS = ("time", "running", "tokens", "allocated", "final", "external")
 TIMELINE_FIELDS = ("time", "running", "waiting", "token_states", "reserved", "internal",
@@ -168,6 +169,7 @@ class ServeResult:
     timeline: Timeline | None = None
     requests: RequestRecords | None = None
     prefix: PrefixCacheStats | None = None  # None: prefix caching off
+    overload: Overload | None = None  # arrivals faster than admissions (kvplan/sim/overload.py)
 
     @property
     def wasted_slots(self) -> float:
@@ -193,6 +195,7 @@ class ServeResult:
             "memory_breakdown": dict(self.breakdown),
             "prefix_caching": self.prefix is not None,
             "prefix_cache": prefix_cache_dict(self.prefix) if self.prefix is not None else None,
+            "overload": self.overload.to_dict() if self.overload is not None else None,
         }  # fmt: skip
 
 
@@ -318,4 +321,5 @@ def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False)
         timeline=_timeline(raw, setup),
         requests=records,
         prefix=raw.prefix,
+        overload=overload_of(raw.arrival, raw.admitted, per_unit),
     )  # fmt: skip

@@ -61,20 +61,22 @@ def poisson_retimed(workload: Workload) -> RequestsForRate:
 
 def rate_sweep(workload: Workload, allocator: AllocatorSpec, rates: Iterable[float],
                latency_bound: float, *,
-               requests_for_rate: RequestsForRate | None = None) -> SweepResult:
+               requests_for_rate: RequestsForRate | None = None,
+               progress_for: Callable[[int], Callable[[int, int], None] | None] = lambda i: None) -> SweepResult:
     """Simulate at each rate (ascending) and find the highest rate under `latency_bound`.
 
     `requests_for_rate(rate)` builds the request chunks for one rate; by default the workload's
-    own requests re-timed as a Poisson process (`poisson_retimed`).
+    own requests re-timed as a Poisson process (`poisson_retimed`). `progress_for(i)`: the engine's
+    progress hook for the i-th rate's run.
     """
     rates = sorted(float(r) for r in rates)
     if not rates or rates[0] <= 0:
         raise WorkloadError("rates must be a non-empty list of numbers > 0", field="rates")
     build = requests_for_rate or poisson_retimed(workload)
     points = []
-    for rate in rates:
+    for i, rate in enumerate(rates):
         run = replace(workload, make_requests=lambda rate=rate: build(rate))
-        result = simulate(run, allocator)
+        result = simulate(run, allocator, progress=progress_for(i))
         points.append(SweepPoint(rate, result.normalized_latency.mean, result))
     best = None
     for p in points:
