@@ -65,7 +65,8 @@ def test_a_serve_run_at_30_percent_never_warns(run_cli, tmp_path, seed):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_a_serve_run_at_150_percent_always_warns(run_cli, tmp_path, seed):
+def test_a_serve_run_at_150_percent_always_warns(run_cli, tmp_path, seed, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # the warning is one paragraph: here on one line
     doc = json.loads(_run(run_cli, tmp_path, STEP_SERVE, 1.5 * CAPACITY, seed, "--json"))
     overload = doc["results"][0]["overload"]
     assert overload["overloaded"] is True
@@ -103,7 +104,8 @@ def test_a_fleet_at_30_percent_never_warns(run_cli, tmp_path, seed):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_a_fleet_at_150_percent_always_warns(run_cli, tmp_path, seed):
+def test_a_fleet_at_150_percent_always_warns(run_cli, tmp_path, seed, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # the warning is one paragraph: here on one line
     doc = json.loads(_run(run_cli, tmp_path, FLEET, 1.5 * FLEET_CAPACITY, seed, "--json"))
     overload = doc["fleet"]["overload"]
     assert overload["overloaded"] is True and overload["sustained_rate"] < 0.9 * overload["offered_rate"]
@@ -274,3 +276,14 @@ def test_a_config_without_a_dtype_is_served_as_vllm_serves_it(run_cli):
     doc = json.loads(out)
     assert code == 0 and doc["kv_dtype"] == "bf16"
     assert not any("assumed" in n for n in doc["notes"]) and any("dtype auto" in n for n in doc["notes"])
+
+
+def test_the_warning_folds_at_80_columns_without_splitting_a_number(run_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    text = _run(run_cli, tmp_path, STEP_SERVE, 1.5 * CAPACITY, 0)
+    start = text.index("warning: overloaded")
+    assert max(len(line) for line in text.splitlines()) <= 80
+    monkeypatch.setenv("COLUMNS", "400")
+    wide = _run(run_cli, tmp_path, STEP_SERVE, 1.5 * CAPACITY, 0)
+    [line] = [line for line in wide.splitlines() if "overloaded" in line]
+    assert " ".join(text[start:].split())[:len(line)] == line  # the same words, folded at spaces

@@ -37,10 +37,11 @@ def overload_line(entries: list[tuple[str, dict | None]], unit: str) -> str | No
 
 
 def print_overload(out, entries: list[tuple[str, dict | None]], unit: str) -> None:
-    """Print the warning line (when there is one) on the report's console, markup-free."""
+    """Print the warning (when there is one) on the report's console, markup-free: one paragraph,
+    folded at spaces to the terminal's width like the report's prose (a number is never split)."""
     line = overload_line(entries, unit)
     if line is not None:
-        out.print(printable(line), markup=False, style="bold yellow", soft_wrap=True)  # one line, never folded
+        out.print(printable(line), markup=False, style="bold yellow")  # folded at spaces like prose
 
 
 def print_fleet_overload(out, doc: dict) -> None:
