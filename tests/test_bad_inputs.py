@@ -22,6 +22,7 @@ CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 # against a hang, not a speed bound: a healthy run takes a second or two even on a busy machine.
 HANG_GUARD_S = 300
 # cases.yaml, and one cases-TOPIC.yaml per later round of hardening (same shape)
+LONG_MODEL = "meta-llama/" + "Llama" * 1000  # a pasted blob on the command line: 5,011 characters
 CASE_FILES = sorted(CORPUS.glob("cases*.yaml"))
 CASES = [c for f in CASE_FILES for c in yaml.safe_load(f.read_text(encoding="utf-8"))["cases"]]
 
@@ -38,7 +39,8 @@ def places(tmp_path, monkeypatch):
 
 
 def command_line(case: dict, out: Path) -> list[str]:
-    args = [str(a).replace("{dir}", str(CORPUS)).replace("{out}", str(out)) for a in case["args"]]
+    args = [str(a).replace("{dir}", str(CORPUS)).replace("{out}", str(out)).replace("{long_model}", LONG_MODEL)
+            for a in case["args"]]
     if args[0] == "simulate" and "--plot" not in args:
         args += ["--plot", str(out / "chart.png")]
         if _experiment(args[1]) == "serve":  # --csv applies to serve workloads only

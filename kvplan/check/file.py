@@ -92,7 +92,7 @@ def _size_options(spec: YamlMap, base: Path) -> dict:
     from kvplan.model.dtypes import KV_DTYPE_CHOICES
 
     opts = {"model": _model_arg(spec.get_str("model"), base),
-            "tokens": spec.get_int("tokens", None, ge=1, le=2**31),
+            "tokens": spec.get_count("tokens", None, ge=1, le=2**31),
             "kv_dtype": spec.get_choice("kv_dtype", KV_DTYPE_CHOICES, "auto"),
             "tp": spec.get_int("tp", 1, ge=1, le=4096), "batch": spec.get_int("batch", 1, ge=1, le=2**31),
             "gpu": spec.get_str("gpu", None),
@@ -101,7 +101,7 @@ def _size_options(spec: YamlMap, base: Path) -> dict:
             "block_size": spec.get_int("block_size", 16, ge=1, le=2**20),
             "engine": spec.get_choice("engine", ("vllm", "none"), "vllm"),
             "quantization": spec.get_str("quantization", None),
-            "max_num_batched_tokens": spec.get_int("max_num_batched_tokens", None, ge=1, le=2**31),
+            "max_num_batched_tokens": spec.get_count("max_num_batched_tokens", None, ge=1, le=2**31),
             "max_num_seqs": spec.get_int("max_num_seqs", None, ge=1, le=2**31),
             "enforce_eager": spec.get_bool("enforce_eager", False)}  # fmt: skip
     if opts["gpu"] is None and opts["kv_memory"] is None and "gpu_memory_utilization" in spec:

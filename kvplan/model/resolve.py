@@ -27,6 +27,11 @@ from kvplan.model.config import load_config, read_model
 from kvplan.model.spec import ModelSpec
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+# Longer than any path the OS takes (PATH_MAX is 4096 on Linux) and any hub id (96 + 1 + 96): refused
+# before a file is looked up or a suggestion is ranked, so that a pasted blob fails at once.
+MAX_MODEL_ARG = 4096
+SUGGEST_CHARS = 96  # the suggestion ranks a name by at most this many characters (a hub name's limit)
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def catalog_dir() -> Path:
@@ -70,6 +75,11 @@ def resolve(arg: str) -> Resolved:
     """Find the config.json for `arg`, trying each source in order."""
     if not arg or not arg.strip():
         raise ModelNotFoundError("expected a model id or a path to a config.json", field="model")
+    if len(arg) > MAX_MODEL_ARG:
+        raise ModelNotFoundError(f"expected a model id or a path of at most {MAX_MODEL_ARG:,} characters, "
+                                 f"got {len(arg):,}", field="model")
+    if "\x00" in arg:  # no path holds a NUL byte: refused as an id, not looked up as a file
+        _refuse_control(arg)
     local = expand(arg, ModelNotFoundError, "model")
     try:
         is_file, is_dir = local.is_file(), local.is_dir()
@@ -81,6 +91,8 @@ def resolve(arg: str) -> Resolved:
         if (local / "config.json").is_file():
             return Resolved(local.resolve().name, local / "config.json", "path")
         raise ModelNotFoundError("directory has no config.json", file=local, field="model")
+    if CONTROL.search(arg):  # a folder may be named so; an id may not
+        _refuse_control(arg)
     found = _from_catalog(arg)
     if found is not None:
         return found
@@ -96,6 +108,12 @@ def resolve(arg: str) -> Resolved:
             field="model",
         )
     return _from_hub(arg)
+
+
+def _refuse_control(arg: str):
+    control = CONTROL.search(arg)
+    raise ModelNotFoundError(f"expected a model id or a path; it holds the control character "
+                             f"{control.group(0)!r} at character {control.start() + 1}", field="model")
 
 
 def load_spec(arg: str) -> ModelSpec:
@@ -238,7 +256,7 @@ def _suggest(arg: str) -> str:
     """Closest catalog names: the same family and size first, then the same family, then by
     spelling."""
     ids = catalog_ids()
-    key, _ = _key(arg.split("/")[-1])
+    key, _ = _key(arg.split("/")[-1][:SUGGEST_CHARS])
     family = re.match(r"[a-z]+", key)
     size = SIZE.search(key)
 

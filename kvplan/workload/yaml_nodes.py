@@ -29,7 +29,7 @@ import yaml
 from kvplan.errors import KvplanError, WorkloadError
 from kvplan.workload.checks import bounds_text
 from kvplan.fileio import decode, expand, input_path, read_limited
-from kvplan.units import parse_size
+from kvplan.units import parse_count, parse_size
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_NODES = 1_000_000  # values after alias expansion
@@ -149,6 +149,9 @@ class YamlMap(YamlNode):
 
     def get_int(self, key, default=_MISSING, **bounds) -> int:
         return self._get(key, default, as_int, **bounds)
+
+    def get_count(self, key, default=_MISSING, **bounds) -> int:
+        return self._get(key, default, as_count, **bounds)
 
     def get_float(self, key, default=_MISSING, **bounds) -> float:
         return self._get(key, default, as_float, **bounds)
@@ -292,6 +295,18 @@ def as_size(node: YamlNode, **bounds) -> int:
         except KvplanError as e:
             raise node.error(e.message) from None
         return _check_bounds(node, value, "a size in bytes", **bounds)
+    return as_int(node, **bounds)
+
+
+def as_count(node: YamlNode, **bounds) -> int:
+    """A token count: an integer, or text as the command line and vLLM read it ("8k" = 8,000,
+    "8K" = 8,192; `kvplan.units.parse_count`)."""
+    if isinstance(node, YamlScalar) and isinstance(node.value, str):
+        try:
+            value = parse_count(node.value, field=node.path, low=0, high=2**62)
+        except KvplanError as e:
+            raise node.error(e.message) from None
+        return _check_bounds(node, value, "a number of tokens", **bounds)
     return as_int(node, **bounds)
 
 
