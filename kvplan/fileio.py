@@ -28,6 +28,13 @@ from typing import Any, Iterator
 from kvplan.errors import KvplanError
 
 MAX_LINE_BYTES = 1 << 20  # one line of a text trace or column file
+# A gzip file that unpacks to more than GZIP_MAX_RATIO times its size, once past GZIP_FREE_BYTES, is a
+# decompression bomb, not a trace: real traces compress 3-4x (CSV, JSONL) and up to 35x (indented
+# JSON). Blank lines cost a Python step each and carry nothing: a run of more than MAX_BLANK_RUN in
+# a row is refused, so that 20 MiB of newlines fails in a blink instead of being read for minutes.
+GZIP_MAX_RATIO = 200
+GZIP_FREE_BYTES = 16 << 20
+MAX_BLANK_RUN = 100_000
 GZIP_MAGIC = b"\x1f\x8b"
 
 _inputs: set[tuple[int, int]] = set()  # (device, inode) of every file read in this process
@@ -148,11 +155,15 @@ def text_lines(path: str | Path, error_cls: type[KvplanError], field: str | None
                *, max_line: int = MAX_LINE_BYTES) -> Iterator[str]:
     """The lines of a UTF-8 (or gzipped UTF-8) text file, each at most `max_line` bytes, streamed.
 
-    A byte-order mark before the first line is dropped. Errors name the file and line.
+    A byte-order mark before the first line is dropped. Errors name the file and line. A gzip
+    file may unpack to at most GZIP_MAX_RATIO times its size (past GZIP_FREE_BYTES), and no file
+    may hold more than MAX_BLANK_RUN blank lines in a row.
     """
     path = input_path(path, error_cls, field)
-    number = 0
+    number = blank_run = unpacked = 0
+    packed = os.stat(path).st_size
     with _open_binary(path, error_cls, field) as f:
+        gzipped = type(f).__name__ == "GzipFile"  # _open_binary's choice by the magic bytes
         while True:
             try:
                 raw = f.readline(max_line + 1)
@@ -165,6 +176,15 @@ def text_lines(path: str | Path, error_cls: type[KvplanError], field: str | None
             if len(raw) > max_line:
                 raise error_cls(f"line longer than {max_line >> 20} MiB", file=path, field=field,
                                 line=number)
+            unpacked += len(raw)
+            if gzipped and unpacked > GZIP_FREE_BYTES and unpacked > GZIP_MAX_RATIO * packed:
+                raise error_cls(f"the gzip file unpacks to more than {GZIP_MAX_RATIO} times its size "
+                                f"({packed:,} bytes); a trace compresses far less (a decompression bomb?)",
+                                file=path, field=field, line=number)
+            blank_run = blank_run + 1 if raw.isspace() else 0
+            if blank_run > MAX_BLANK_RUN:
+                raise error_cls(f"more than {MAX_BLANK_RUN:,} blank lines in a row; expected one record "
+                                "per line", file=path, field=field, line=number)
             yield decode(raw, path, error_cls, field, line=number)
 
 

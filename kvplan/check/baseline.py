@@ -26,7 +26,7 @@ def load_baseline(path: str | Path) -> dict[str, dict[str, Any]]:
 
     data = read_limited(path, MAX_BASELINE_BYTES, WorkloadError)
     doc = load_json(data, path, WorkloadError, object_pairs_hook=_no_duplicates,
-                    parse_constant=_no_constant, parse_float=_finite)
+                    parse_constant=_no_constant, parse_float=_finite, parse_int=_finite_int)
     if not isinstance(doc, dict) or doc.get("kvplan_check_baseline") != BASELINE_FORMAT:
         raise fail(f"expected an object with \"kvplan_check_baseline\": {BASELINE_FORMAT} (written by "
                    "kvplan check --update-baseline)", field="kvplan_check_baseline")  # fmt: skip
@@ -60,6 +60,16 @@ def _finite(text: str) -> float:
     value = float(text)
     if value in (float("inf"), float("-inf")):
         raise ValueError(f"{text} is too large for a number")
+    return value
+
+
+def _finite_int(text: str) -> int:
+    """A JSON integer that a comparison can hold as a float (10**400 is refused, not an OverflowError)."""
+    value = int(text)
+    try:
+        float(value)
+    except OverflowError:
+        raise ValueError(f"a {len(text.lstrip('-')):,}-digit integer is too large for a number") from None
     return value
 
 

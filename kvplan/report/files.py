@@ -11,6 +11,8 @@
   files are removed on every way out (errors, Ctrl-C, SIGTERM; kvplan/cli/ turns a signal into
   an exception).
 - A new file gets the mode the umask gives (0666 less the umask); a replaced file keeps its mode.
+- A symlink is written through: its target is replaced and the link stays a link. A read-only
+  file (no write bit, or one this user may not write) is refused, never replaced.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def check_writable(path: str | Path, field: str) -> Path:
                   "the file name is too long" if exc.errno == errno.ENAMETOOLONG else
                   f"cannot write: {exc.strerror}")
         raise UsageError(reason, file=path, field=field) from None
+    if os.path.islink(path):  # write through the link: the target is replaced, the link kept
+        path = Path(os.path.realpath(path))
     if info is not None:
         if stat.S_ISDIR(info.st_mode):
             raise UsageError("is a folder; expected a file name", file=path, field=field)
@@ -53,6 +57,9 @@ def check_writable(path: str | Path, field: str) -> Path:
                              "files", file=path, field=field)
         if is_input(path):
             raise UsageError("is an input of this run; kvplan never writes over its inputs",
+                             file=path, field=field)
+        if not info.st_mode & 0o222 or not os.access(path, os.W_OK):
+            raise UsageError("is read-only; kvplan does not replace a file it may not write",
                              file=path, field=field)
     if not path.parent.is_dir():
         raise UsageError(f"folder {path.parent} does not exist", file=path, field=field)

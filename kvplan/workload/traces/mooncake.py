@@ -24,9 +24,10 @@ def _mooncake_records(path: Path) -> Iterator[tuple[int, float, int, int, list]]
         d = load_json(text, path, TraceError, line=line)
         if not isinstance(d, dict):
             raise fail(None, "expected a JSON object")
-        ts = d.get("timestamp")
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 0 <= ts < np.inf:
-            raise fail("timestamp", f"expected milliseconds >= 0, got {json.dumps(ts)}")
+        raw = d.get("timestamp")
+        ts = _milliseconds(raw)
+        if ts is None:
+            raise fail("timestamp", f"expected milliseconds >= 0, got {json.dumps(raw)[:40]}")
         if ts < prev:
             raise fail("timestamp", f"goes backwards ({ts} after {prev})")
         prev = ts
@@ -60,12 +61,22 @@ def _mooncake_scan(path: Path, stop_after: int | None) -> tuple[int, float, floa
     return count, (t0 if ok else 0.0), (t1 if ok else 0.0)  # bad rows are reported when read
 
 
+def _milliseconds(value) -> float | None:
+    """A timestamp as a finite float >= 0, or None (a bool, a string, 10**400 and inf are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        ts = float(value)
+    except OverflowError:
+        return None
+    return ts if 0 <= ts < np.inf else None
+
+
 def _stamp(text: str) -> float | None:
     try:
-        t = json.loads(text).get("timestamp")
+        return _milliseconds(json.loads(text).get("timestamp"))
     except (ValueError, AttributeError, RecursionError):
         return None
-    return t if isinstance(t, (int, float)) and not isinstance(t, bool) else None
 
 
 _DTYPES = (np.float64, np.int64, np.int64)
