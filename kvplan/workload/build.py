@@ -192,6 +192,7 @@ def _trace(t: TraceRequests, seed: int, mml: int):
     trace = open_trace(
         t.format, t.path, limit=t.limit, time_scale=1.0 if t.time_scale is None else t.time_scale,
         repeat=t.repeat, max_model_len=mml, too_long=t.too_long, history=t.history, session_starts=starts,
+        columns=t.columns,
     )  # fmt: skip
     if trace.num_requests > MAX_REQUESTS:
         raise _fail("requests.trace", f"{trace.num_requests:,} requests is above the limit of {MAX_REQUESTS:,}")

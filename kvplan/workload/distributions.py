@@ -32,7 +32,7 @@ import numpy as np
 from kvplan.errors import TraceError
 from kvplan.fileio import text_lines
 from kvplan.workload.chunks import CHUNK_SIZE, MAX_TOKENS, RequestChunk
-from kvplan.workload.yaml_nodes import YamlMap, as_float, as_int
+from kvplan.workload.yaml_nodes import YamlMap, YamlNode, YamlScalar, as_float, as_int
 
 MAX_LENGTH = MAX_TOKENS  # no request is longer than two billion tokens
 MAX_COLUMN_VALUES = 10_000_000  # values of a `csv` length column (80 MB as float64)
@@ -351,8 +351,26 @@ _DIST_KEYS = {
 }  # fmt: skip
 
 
-def parse_lengths(node: YamlMap, base_dir: Path, *, default_min: int) -> Lengths:
+def _as_mapping(node: YamlNode, key: str, kinds: tuple[str, ...], keys: dict) -> YamlMap:
+    """`node` as a mapping; a bare number or kind name is refused with the mapping it meant."""
+    if isinstance(node, YamlMap):
+        return node
+    value = node.value if isinstance(node, YamlScalar) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (key == "process" or float(value).is_integer()):
+        number = node.text
+        example = ("{dist: fixed, value: %s}" % number if key == "dist" else
+                   "{process: poisson, rate: %s}" % number)
+    elif isinstance(value, str) and value.strip() in kinds:
+        kind = value.strip()
+        example = "{" + ", ".join([f"{key}: {kind}", *(f"{k}: ..." for k in keys[kind])]) + "}"
+    else:
+        example = ("{dist: fixed, value: 1000}" if key == "dist" else "{process: poisson, rate: 5}")
+    raise node.error(f"expected a mapping such as {example}, got {node.describe()}")
+
+
+def parse_lengths(node: YamlNode, base_dir: Path, *, default_min: int) -> Lengths:
     """A `{dist: ..., <params>, min, max}` mapping; min defaults to `default_min`."""
+    node = _as_mapping(node, "dist", LENGTH_DISTS, _DIST_KEYS)
     kind = node.get_choice("dist", LENGTH_DISTS)
     node.expect_keys("dist", "min", "max", *_DIST_KEYS[kind])
     lo = node.get_int("min", default_min, ge=default_min)
@@ -367,8 +385,9 @@ def parse_lengths(node: YamlMap, base_dir: Path, *, default_min: int) -> Lengths
 _ARRIVAL_KEYS = {"all_at_once": (), "poisson": ("rate",), "gamma": ("rate", "cv")}
 
 
-def parse_arrival(node: YamlMap) -> ArrivalProcess:
+def parse_arrival(node: YamlNode) -> ArrivalProcess:
     """A `{process: all_at_once | poisson {rate} | gamma {rate, cv}}` mapping."""
+    node = _as_mapping(node, "process", ARRIVAL_PROCESSES, _ARRIVAL_KEYS)
     kind = node.get_choice("process", ARRIVAL_PROCESSES)
     node.expect_keys("process", *_ARRIVAL_KEYS[kind])
     if kind == "all_at_once":

@@ -14,6 +14,7 @@ from kvplan.workload import schema as S
 from kvplan.workload.spec import MAX_LINK_GB_PER_S, MAX_LINK_LATENCY_S
 from kvplan.workload.routing import ROUTER_NAMES
 from kvplan.workload.traces import TRACE_FORMATS
+from kvplan.workload.traces.columns import COLUMN_KEYS, MAX_COLUMN_NAME, TIMESTAMP_UNITS
 
 SIZE = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\s*[0-9.eE+-]+\s*[A-Za-z]*\s*$"}],
         "description": "bytes, or a size with its unit: 12GiB, 40GB"}
@@ -56,11 +57,20 @@ def _arrival() -> dict:
 def _requests() -> dict:
     synthetic = _closed({"count": COUNT, "prompt": _lengths(), "output": _lengths(), "arrival": _arrival()},
                         ("count", "prompt", "output"))
-    trace_props = {"format": {"enum": list(TRACE_FORMATS)}, "path": {"type": "string"}, "limit": COUNT,
-                   "time_scale": POSITIVE, "repeat": COUNT, "too_long": {"enum": ["error", "clip"]},
-                   "history": {"type": "boolean"}}
-    assert set(trace_props) == set(S.TRACE_KEYS)
-    trace = _closed({"trace": _closed(trace_props, ("format", "path")), "arrival": _arrival()}, ("trace",))
+    common = {"path": {"type": "string"}, "limit": COUNT, "time_scale": POSITIVE, "repeat": COUNT,
+              "too_long": {"enum": ["error", "clip"]}}
+    only = {"history": {"type": "boolean"},  # the keys of some formats (schema.FORMAT_TRACE_KEYS)
+            "columns": _closed({k: {"type": "string", "minLength": 1, "maxLength": MAX_COLUMN_NAME}
+                                for k in COLUMN_KEYS}, ()),
+            "timestamp_unit": {"enum": list(TIMESTAMP_UNITS)}}
+    assert set(common) | set(only) | {"format"} == set(S.TRACE_KEYS) and set(only) == set(S.FORMAT_TRACE_KEYS)
+    special = sorted({f for formats in S.FORMAT_TRACE_KEYS.values() for f in formats})
+    variants = [_closed({"format": {"const": fmt}, **common,
+                         **{k: only[k] for k, formats in S.FORMAT_TRACE_KEYS.items() if fmt in formats}},
+                        ("format", "path")) for fmt in special]
+    rest = [f for f in TRACE_FORMATS if f not in special]
+    variants.append(_closed({"format": {"enum": rest}, **common}, ("format", "path")))
+    trace = _closed({"trace": {"oneOf": variants}, "arrival": _arrival()}, ("trace",))
     return {"oneOf": [synthetic, trace]}
 
 

@@ -21,8 +21,9 @@ requests:                     # synthetic: count (<= 50M), prompt, output, arriv
   #   | lognormal {sigma, mean | median} | exponential {mean} | zipf {a > 1, scale, max}
   #   | histogram {edges, weights} | csv {path, column}
   arrival: {process: all_at_once}  # | poisson {rate} | gamma {rate, cv}
-  # trace: {format: azure|mooncake|vidur|sharegpt|agentic|vllm-bench|vllm-bench-timed, path: ../traces/x.csv,
-  #         limit: 1000, time_scale: 1.0, repeat: 1, too_long: error|clip, history: false}
+  # trace: {format: azure|mooncake|vidur|csv|sharegpt|agentic|vllm-bench|vllm-bench-timed, path: ../traces/x.csv,
+  #         limit: 1000, time_scale: 1.0, repeat: 1, too_long: error|clip, history: false (sharegpt),
+  #         columns: {timestamp, prompt_tokens, output_tokens}, timestamp_unit: s|ms|us|datetime (csv)}
   #   (arrival with a trace: sharegpt/vllm-bench request arrivals, agentic conversation starts)
 allocators:                   # default: [{kind: paged, block_size: 16}]
   - {kind: contiguous, policy: max, max_len: 8192}   # max|pow2|oracle; max_len: max_model_len
@@ -65,6 +66,7 @@ from kvplan.workload.spec import (
     WorkloadSpec,
 )  # fmt: skip
 from kvplan.workload.traces import TRACE_FORMATS
+from kvplan.workload.traces.columns import COLUMN_KEYS, TIMESTAMP_UNITS, TraceColumns
 from kvplan.workload.yaml_nodes import YamlList, YamlMap, YamlNode, as_int, as_map, load_yaml
 
 TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "pool", "requests",
@@ -73,7 +75,8 @@ SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "ch
                   "swap_space", "swap_slots", "null_block", "prefix_caching",
                   "hybrid_kv_cache_manager")
 REQUEST_KEYS = ("count", "prompt", "output", "arrival")
-TRACE_KEYS = ("format", "path", "limit", "time_scale", "repeat", "too_long", "history")
+TRACE_KEYS = ("format", "path", "limit", "time_scale", "repeat", "too_long", "history", "columns", "timestamp_unit")
+FORMAT_TRACE_KEYS = {"history": ("sharegpt",), "columns": ("csv",), "timestamp_unit": ("csv",)}  # keys of some formats
 TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms", "profile")
 GROUP_KEYS = ("name", "count", "role", *GROUP_OVERRIDES)
 TRANSFER_KEYS = ("gb_per_s", "latency_s")
@@ -222,25 +225,41 @@ def _requests(node: YamlMap, base: Path) -> SyntheticRequests | TraceRequests:
         node.expect_keys("trace", "arrival")
         return _trace(node, base)
     node.expect_keys(*REQUEST_KEYS)
-    values = dict(count=node.get_int("count", ge=1), prompt=parse_lengths(node.get_map("prompt"), base, default_min=1),
-                  output=parse_lengths(node.get_map("output"), base, default_min=0))
+    values = dict(count=node.get_int("count", ge=1), prompt=parse_lengths(node.node("prompt"), base, default_min=1),
+                  output=parse_lengths(node.node("output"), base, default_min=0))
     if "arrival" in node:
-        values["arrival"] = parse_arrival(node.get_map("arrival"))
+        values["arrival"] = parse_arrival(node.node("arrival"))
     return _make(node, SyntheticRequests, values)
 
 
 def _trace(node: YamlMap, base: Path) -> TraceRequests:
     t = node.get_map("trace")
     fmt = t.get_choice("format", TRACE_FORMATS)
-    t.expect_keys(*(k for k in TRACE_KEYS if k != "history" or fmt == "sharegpt"))
-    values = dict(format=fmt, arrival=parse_arrival(node.get_map("arrival")) if "arrival" in node else None)
+    for key, formats in FORMAT_TRACE_KEYS.items():
+        if key in t and fmt not in formats:
+            raise t.node(key).error(f"applies to {' and '.join(formats)} traces, not {fmt}")
+    t.expect_keys(*(k for k in TRACE_KEYS if fmt in FORMAT_TRACE_KEYS.get(k, (fmt,))))
+    values = dict(format=fmt, arrival=parse_arrival(node.node("arrival")) if "arrival" in node else None)
     values["limit"] = t.get_int("limit", None, ge=1)
     values["repeat"] = t.get_int("repeat", 1, ge=1, le=MAX_REQUESTS)
     values["path"] = t.get_input_path("path", base, folder_ok=fmt == "agentic")
     values["time_scale"] = t.get_float("time_scale", None, gt=0)
     values["too_long"] = t.get_choice("too_long", TOO_LONG, "error")
     values["history"] = t.get_bool("history", False)
+    if fmt == "csv":
+        values["columns"] = _columns(node, t)
     return _make(node, TraceRequests, values)
+
+
+def _columns(node: YamlMap, t: YamlMap) -> TraceColumns:
+    """A csv trace's `columns: {timestamp, prompt_tokens, output_tokens}` and `timestamp_unit`."""
+    names = {}
+    if "columns" in t:
+        cols = t.get_map("columns")
+        cols.expect_keys(*COLUMN_KEYS)
+        names = {k: cols.get_str(k) for k in COLUMN_KEYS if k in cols}
+    unit = t.get_choice("timestamp_unit", TIMESTAMP_UNITS, "s")
+    return _make(node, TraceColumns, {**names, "unit": unit})
 
 
 def _allocators(items: YamlList) -> tuple[AllocatorSpec, ...]:

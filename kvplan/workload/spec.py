@@ -27,6 +27,7 @@ from kvplan.workload.checks import fail as _fail
 from kvplan.workload.distributions import AllAtOnce, ArrivalProcess, Lengths
 from kvplan.workload.routing import RouterSpec
 from kvplan.workload.traces import TRACE_FORMATS
+from kvplan.workload.traces.columns import TraceColumns
 
 EXPERIMENTS = ("capacity", "serve", "prefix", "sharing", "fleet")
 MAX_REQUESTS = 50_000_000
@@ -195,6 +196,7 @@ class TraceRequests:
     too_long: str = "error"  # a request above max_model_len: an error, or cut to fit ("clip")
     history: bool = False  # sharegpt: each turn carries the conversation before it
     arrival: ArrivalProcess | None = None
+    columns: TraceColumns | None = None  # csv: the header names and time unit (None: the defaults)
 
     def __post_init__(self) -> None:
         check_choice(self.format, TRACE_FORMATS, "trace.format")
@@ -205,6 +207,8 @@ class TraceRequests:
         check_bool(self.history, "trace.history")
         if self.history and self.format != "sharegpt":
             raise _fail("trace.history", "applies to sharegpt traces")
+        if self.columns is not None and (self.format != "csv" or not isinstance(self.columns, TraceColumns)):
+            raise _fail("trace.columns", "applies to csv traces (a TraceColumns)")
         if self.arrival is not None and self.format not in ARRIVAL_TRACES:
             article = "an" if self.format[0] in "aeiou" else "a"
             raise _fail("arrival", f"{article} {self.format} trace has its own timestamps; remove arrival")

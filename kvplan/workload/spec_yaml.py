@@ -14,6 +14,7 @@ from dataclasses import fields
 
 from kvplan.workload.distributions import AllAtOnce, Fixed, Gamma, Lengths, Uniform
 from kvplan.workload.spec import SchedulerSpec, SyntheticRequests, TimingSpec, WorkloadSpec
+from kvplan.workload.traces.columns import COLUMN_KEYS
 
 
 def _scalar(value) -> str:
@@ -83,6 +84,9 @@ def spec_yaml(spec: WorkloadSpec) -> str:
         pairs += [(k, _scalar(getattr(r, k))) for k in ("limit", "time_scale") if getattr(r, k) is not None]
         pairs += [(k, _scalar(getattr(r, k))) for k, default in (("repeat", 1), ("too_long", "error"),
                                                                  ("history", False)) if getattr(r, k) != default]
+        if r.columns is not None:
+            names = [(k, _scalar(v)) for k, v in zip(COLUMN_KEYS, r.columns.names())]
+            pairs += [("columns", _flow(names)), ("timestamp_unit", r.columns.unit)]
         lines.append(f"  trace: {_flow(pairs)}")
         if r.arrival is not None:
             lines.append(f"  arrival: {_arrival(r.arrival)}")

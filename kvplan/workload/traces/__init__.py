@@ -13,6 +13,10 @@ Formats (`open_trace(format, path)`):
 - vidur: CSV `arrived_at,num_prefill_tokens,num_decode_tokens` (arrived_at in seconds), or the
   older `Date,Time,PromptTokenCount,CompletionTokenCount` (Time in seconds; every row of one Date,
   as Vidur replays one), told apart by the header; other columns are ignored.
+- csv: any CSV with a header, read by a column mapping (`columns`, a TraceColumns: the header
+  names of the arrival time and the prompt and output token counts, default `timestamp`,
+  `prompt_tokens`, `output_tokens`) with times in seconds (default), ms, us or as date-times
+  (`columns.unit`); other columns are ignored. See kvplan/workload/traces/columns.py.
 - mooncake: JSONL, one `{"timestamp": ms, "input_length", "output_length", "hash_ids"}` per
   line, one hash id per 512-token prompt block (ceil(input_length / 512) of them, checked).
 - sharegpt: a JSON list (or JSONL, one per line) of conversations with token counts, no text:
@@ -56,12 +60,14 @@ from kvplan.errors import TraceError, UsageError
 from kvplan.fileio import input_path
 from kvplan.workload.traces._rows import MOONCAKE_BLOCK, _Rows
 from kvplan.workload.traces.bench_results import read_bench_result
+from kvplan.workload.traces.columns import TraceColumns
 from kvplan.workload.traces.csv_formats import csv_blocks
 from kvplan.workload.traces.json_formats import _read_agentic, _read_sharegpt
 from kvplan.workload.traces.mooncake import _mooncake_chunks, _mooncake_scan
 from kvplan.workload.chunks import CHUNK_SIZE, RequestChunk
 
-TRACE_FORMATS = ("azure", "mooncake", "vidur", "sharegpt", "agentic", "vllm-bench", "vllm-bench-timed")
+TRACE_FORMATS = ("azure", "mooncake", "vidur", "csv", "sharegpt", "agentic", "vllm-bench", "vllm-bench-timed")
+CSV_FORMATS = ("azure", "vidur", "csv")
 UNTIMED_FORMATS = ("sharegpt", "vllm-bench")  # no timestamps: arrivals come from the workload
 KEEP_ROWS = 1_000_000  # CSV rows held in memory (32 MB); a longer trace is read again per chunk
 
@@ -135,7 +141,7 @@ def open_trace(
     fmt: str, path: str | Path, *, limit: int | None = None, time_scale: float = 1.0,
     repeat: int = 1, max_model_len: int | None = None, too_long: str = "error",
     history: bool = False, session_starts: Callable[[int], np.ndarray] | None = None,
-    chunk_size: int = CHUNK_SIZE,
+    columns: TraceColumns | None = None, chunk_size: int = CHUNK_SIZE,
 ) -> Trace:  # fmt: skip
     """Open a trace (see the module docstring): validated now, streamed when it is long."""
     _check_options(fmt, limit, time_scale, repeat, too_long)
@@ -149,8 +155,11 @@ def open_trace(
             make = lambda: _mooncake_chunks(path, t0, total, time_scale, shift, max_model_len,
                                             too_long, chunk_size)  # noqa: E731  # fmt: skip
             return Trace(fmt, path, total, True, MOONCAKE_BLOCK, make)
-        if fmt in ("azure", "vidur"):
-            return _open_csv(fmt, path, limit, time_scale, repeat, max_model_len, too_long, chunk_size)
+        if fmt in CSV_FORMATS:
+            if columns is not None and fmt != "csv":
+                raise UsageError(f"columns apply to csv traces, not {fmt}")
+            read = _CsvRead(fmt, path, time_scale, max_model_len, too_long, columns)
+            return _open_csv(read, limit, repeat, chunk_size)
         if fmt == "agentic":
             rows = _read_agentic(path, time_scale, session_starts)
         elif fmt.startswith("vllm-bench"):
@@ -175,14 +184,30 @@ def _in_memory(fmt: str, path: Path, rows: _Rows, limit, repeat: int, chunk_size
                  lambda: _tile_chunks(rows, total, shift, chunk_size))  # fmt: skip
 
 
-def _open_csv(fmt, path, limit, time_scale, repeat, mml, too_long, chunk_size) -> Trace:
+@dataclass(frozen=True, slots=True)
+class _CsvRead:
+    """How a CSV trace's rows are read: its format, file, time scale, max_model_len rule, columns."""
+
+    fmt: str
+    path: Path
+    time_scale: float
+    mml: int | None
+    too_long: str
+    columns: TraceColumns | None
+
+    def rows(self, chunk_size: int) -> Iterator[_Rows]:
+        for rows in csv_blocks(self.fmt, self.path, chunk_size, self.columns):
+            yield _fit(replace(rows, arrival=rows.arrival * self.time_scale), self.mml, self.too_long)
+
+
+def _open_csv(read: _CsvRead, limit, repeat, chunk_size) -> Trace:
     """CSV traces: one validating pass (stopping at `limit` when not tiled); the rows are kept
     when they are few (at most KEEP_ROWS), else every chunk is read from the file again."""
     stop = limit if repeat == 1 else None
     kept: list[_Rows] | None = []
     count, last = 0, 0.0
     block = min(chunk_size, stop) if stop is not None else chunk_size  # read no row past `limit`
-    for rows in _csv_rows(fmt, path, time_scale, mml, too_long, block):
+    for rows in read.rows(block):
         if stop is not None and count + len(rows.prompt) > stop:
             rows = _head(rows, stop - count)
         count += len(rows.prompt)
@@ -194,22 +219,17 @@ def _open_csv(fmt, path, limit, time_scale, repeat, mml, too_long, chunk_size) -
         if stop is not None and count >= stop:
             break
     if kept is not None:
-        return _in_memory(fmt, path, _concat(kept), limit, repeat, chunk_size)
+        return _in_memory(read.fmt, read.path, _concat(kept), limit, repeat, chunk_size)
     total = min(limit or count * repeat, count * repeat)
     shift = last + (last / (count - 1) if count > 1 else 0.0)
-    make = lambda: _streamed_chunks(fmt, path, time_scale, mml, too_long, chunk_size, total, shift)  # noqa: E731
-    return Trace(fmt, path, total, True, 0, make)
+    make = lambda: _streamed_chunks(read, chunk_size, total, shift)  # noqa: E731
+    return Trace(read.fmt, read.path, total, True, 0, make)
 
 
-def _csv_rows(fmt, path, time_scale, mml, too_long, chunk_size) -> Iterator[_Rows]:
-    for rows in csv_blocks(fmt, path, chunk_size):
-        yield _fit(replace(rows, arrival=rows.arrival * time_scale), mml, too_long)
-
-
-def _streamed_chunks(fmt, path, time_scale, mml, too_long, chunk_size, total, shift):
+def _streamed_chunks(read: _CsvRead, chunk_size, total, shift):
     emitted, copy = 0, 0
     while emitted < total:
-        for rows in _csv_rows(fmt, path, time_scale, mml, too_long, chunk_size):
+        for rows in read.rows(chunk_size):
             take = min(len(rows.prompt), total - emitted)
             yield RequestChunk(rows.arrival[:take] + copy * shift, rows.prompt[:take],
                                rows.output[:take], cut=_cut(rows, slice(0, take)))

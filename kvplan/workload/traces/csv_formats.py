@@ -1,4 +1,5 @@
-"""CSV traces (Azure LLM inference, Vidur), streamed in blocks of rows that numpy parses at once.
+"""CSV traces (Azure LLM inference, Vidur, and any CSV with a column mapping), streamed in blocks
+of rows that numpy parses at once.
 
 `csv_blocks(fmt, path)` reads the file line by line through kvplan/fileio.py (UTF-8 or gzip,
 bounded lines, a byte-order mark dropped) and yields validated `_Rows` of at most `block_rows`
@@ -8,7 +9,9 @@ A format may have several layouts (LAYOUTS), told apart by the header: Vidur's t
 generator reads `arrived_at,num_prefill_tokens,num_decode_tokens` since Vidur's commit a28d390
 (2024-08, the Splitwise traces in its data/processed_traces/), and `Date,Time,PromptTokenCount,
 CompletionTokenCount` before it and in the vidur 0.0.26 wheel on PyPI, where it keeps only the
-rows of one `Date` (its `date` option) and takes `Time` (seconds) as the arrival.
+rows of one `Date` (its `date` option) and takes `Time` (seconds) as the arrival. The generic
+`csv` format reads the three columns a `TraceColumns` names (kvplan/workload/traces/columns.py),
+its times in seconds, milliseconds, microseconds or as date-times.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from kvplan.errors import TraceError
 from kvplan.fileio import MAX_LINE_BYTES, text_lines
 from kvplan.workload.chunks import CHUNK_SIZE, MAX_TOKENS
 from kvplan.workload.traces._rows import _int_or_none, _Rows
+from kvplan.workload.traces.columns import TIMESTAMP_UNITS, TraceColumns
 
 # One field may be as long as one line may be (kvplan/fileio.py bounds the line).
 csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
@@ -38,25 +42,27 @@ LAYOUTS = {
 }  # fmt: skip
 
 
-def _pick_layout(header: list[str], layouts: tuple[tuple[str, ...], ...], path: Path) -> tuple[str, ...]:
+def _pick_layout(header: list[str], layouts: tuple[tuple[str, ...], ...], path: Path,
+                 hint: str = "") -> tuple[str, ...]:
     for columns in layouts:
         if all(c in header for c in columns):
             return columns
     shown = [c[3:] + c[:3] for c in layouts]  # as the files have them: Date first
     missing = min(([c for c in cols if c not in header] for cols in shown), key=len)
     also = f" (layouts: {'; '.join(','.join(c) for c in shown)})" if len(layouts) > 1 else ""
+    shown_header = ", ".join(h[:60] for h in header[:20]) + (", ..." if len(header) > 20 else "")
     raise TraceError(f"missing column(s) {', '.join(missing)}{also}; header has "
-                     f"{', '.join(header) or 'nothing'}", file=path, line=1, field=missing[0])
+                     f"{shown_header or 'nothing'}{hint}", file=path, line=1, field=missing[0])
 
 
 def _raw_blocks(path: Path, layouts: tuple[tuple[str, ...], ...], block_rows: int,
-                picked: list | None = None) -> Iterator[tuple[list[list[str]], np.ndarray]]:
+                picked: list | None = None, hint: str = "") -> Iterator[tuple[list[list[str]], np.ndarray]]:
     """The columns of the layout the header matches as lists of text, with each row's line
     number, `block_rows` at a time; the layout's names are appended to `picked`."""
     reader = csv.reader(text_lines(path, TraceError))
     try:
         header = [h.strip() for h in next(reader, [])]
-        columns = _pick_layout(header, layouts, path)
+        columns = _pick_layout(header, layouts, path, hint)
         if picked is not None:
             picked.append(columns)
         index = [header.index(c) for c in columns]
@@ -126,7 +132,9 @@ class _Clock:
         return seconds
 
 
-def _azure_times(ts: list[str], lines: np.ndarray, path: Path) -> np.ndarray:
+def _date_times(ts: list[str], lines: np.ndarray, path: Path, name: str = "TIMESTAMP",
+                hint: str = "") -> np.ndarray:
+    """ISO date-times (`2023-11-16 18:17:03.97`) as datetime64[ns]; `hint` follows a refusal."""
     with warnings.catch_warnings():  # numpy warns about (and applies) time-zone offsets
         warnings.simplefilter("ignore")
         try:
@@ -136,12 +144,13 @@ def _azure_times(ts: list[str], lines: np.ndarray, path: Path) -> np.ndarray:
                 try:
                     np.datetime64(v, "ns")
                 except (ValueError, OverflowError):
-                    raise TraceError(f"expected a date-time like 2023-11-16 18:17:03.97, got {v[:40]!r}",
-                                     file=path, line=int(lines[i]), field="TIMESTAMP") from None
+                    more = hint if _number(v) is not None else ""
+                    raise TraceError(f"expected a date-time like 2023-11-16 18:17:03.97, got {v[:40]!r}{more}",
+                                     file=path, line=int(lines[i]), field=name) from None
             raise
     if np.isnat(stamps).any():
         first = int(np.isnat(stamps).argmax())
-        raise TraceError("empty timestamp", file=path, line=int(lines[first]), field="TIMESTAMP")
+        raise TraceError("empty timestamp", file=path, line=int(lines[first]), field=name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         seconds = np.asarray(ts, dtype="datetime64[s]")  # numpy wraps ns stamps past 2262 silently
@@ -149,21 +158,45 @@ def _azure_times(ts: list[str], lines: np.ndarray, path: Path) -> np.ndarray:
     if wrapped.size:
         i = int(wrapped[0])
         raise TraceError(f"expected a date-time between 1678 and 2261, got {ts[i][:40]!r}", file=path,
-                         line=int(lines[i]), field="TIMESTAMP")
+                         line=int(lines[i]), field=name)
     return stamps
 
 
-def _vidur_times(at: list[str], lines: np.ndarray, path: Path, name: str = "arrived_at") -> np.ndarray:
-    arrival = np.empty(len(at))
-    for i, v in enumerate(at):
-        try:
-            arrival[i] = float(v)
-        except ValueError:
-            arrival[i] = np.nan
-        if not np.isfinite(arrival[i]) or arrival[i] < 0:
-            raise TraceError(f"expected a number of seconds >= 0, got {v[:40]!r}",
-                             file=path, line=int(lines[i]), field=name)  # fmt: skip
+_AZURE_HINT = ("; a number: for timestamps in seconds or milliseconds use format: csv with columns "
+               "and timestamp_unit (workloads/SCHEMA.md)")
+
+
+def _azure_times(ts: list[str], lines: np.ndarray, path: Path) -> np.ndarray:
+    return _date_times(ts, lines, path, "TIMESTAMP", _AZURE_HINT)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _numeric_times(at: list[str], lines: np.ndarray, path: Path, name: str, unit: str = "s") -> np.ndarray:
+    """Numbers >= 0 in `unit` (not scaled: epoch microseconds lose precision as seconds before the
+    first row is subtracted); a date-time in the column says which unit reads it."""
+    try:
+        arrival = np.fromiter(map(float, at), np.float64, len(at))  # 3x numpy's text-to-float cast
+    except ValueError:
+        arrival = np.array([np.nan if (x := _number(v)) is None else x for v in at], dtype=np.float64)
+    bad = np.flatnonzero(~(np.isfinite(arrival) & (arrival >= 0)))
+    if bad.size:
+        i, v = int(bad[0]), at[int(bad[0])]
+        words = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}[unit]
+        dated = _number(v) is None and any(c in v for c in "-:T")
+        more = "; date-times are read with timestamp_unit: datetime" if dated else ""
+        raise TraceError(f"expected a number of {words} >= 0, got {v[:40]!r}{more}",
+                         file=path, line=int(lines[i]), field=name)  # fmt: skip
     return arrival
+
+
+def _vidur_times(at: list[str], lines: np.ndarray, path: Path, name: str = "arrived_at") -> np.ndarray:
+    return _numeric_times(at, lines, path, name)
 
 
 _TIMES: dict[str, Callable[..., np.ndarray]] = {"azure": _azure_times, "vidur": _vidur_times}
@@ -186,19 +219,37 @@ class _OneDate:
                                  field="Date")  # fmt: skip
 
 
-def csv_blocks(fmt: str, path: Path, block_rows: int = CHUNK_SIZE) -> Iterator[_Rows]:
-    """Validated rows of an Azure or Vidur CSV trace, `block_rows` at a time, streamed."""
+def _csv_times(columns: TraceColumns):
+    if columns.unit == "datetime":
+        hint = "; numbers are read with timestamp_unit: s, ms or us"
+        return lambda ts, lines, path, name: _date_times(ts, lines, path, name, hint)
+    return lambda ts, lines, path, name: _numeric_times(ts, lines, path, name, columns.unit)
+
+
+def csv_blocks(fmt: str, path: Path, block_rows: int = CHUNK_SIZE,
+               columns: TraceColumns | None = None) -> Iterator[_Rows]:
+    """Validated rows of an Azure, Vidur or generic (`csv`, read by `columns`) CSV trace,
+    `block_rows` at a time, streamed."""
     picked: list[tuple[str, ...]] = []
     clock = dates = None
-    for cols, lines in _raw_blocks(path, LAYOUTS[fmt], block_rows, picked):
-        columns = picked[0]
+    if fmt == "csv":
+        columns = columns or TraceColumns()
+        layouts, times = (columns.layout(),), _csv_times(columns)
+        scale = TIMESTAMP_UNITS[columns.unit] or 1.0  # after the first row is subtracted
+        hint = "; name the columns with trace.columns: {timestamp: ..., prompt_tokens: ..., output_tokens: ...}"
+    else:
+        layouts, times, hint, scale = LAYOUTS[fmt], _TIMES[fmt], "", 1.0
+    for cols, lines in _raw_blocks(path, layouts, block_rows, picked, hint):
+        names = picked[0]
         if clock is None:
-            clock = _Clock(path, columns[0])
-            dates = _OneDate(path) if len(columns) > 3 else None
+            clock = _Clock(path, names[0])
+            dates = _OneDate(path) if len(names) > 3 else None
         if dates is not None:
             dates.check(cols[3], lines)
-        t = _TIMES[fmt](cols[0], lines, path, *((columns[0],) if fmt == "vidur" else ()))
+        t = times(cols[0], lines, path, *((names[0],) if fmt != "azure" else ()))
         arrival = clock.relative(t, lines)
-        yield _Rows(arrival, _int_column(cols[1], lines, path, columns[1], 1),
-                    _int_column(cols[2], lines, path, columns[2], 0),
+        if scale != 1.0:
+            arrival = arrival * scale
+        yield _Rows(arrival, _int_column(cols[1], lines, path, names[1], 1),
+                    _int_column(cols[2], lines, path, names[2], 0),
                     lambda i, lines=lines: {"file": path, "line": int(lines[i])})  # fmt: skip
