@@ -356,10 +356,10 @@ def _as_mapping(node: YamlNode, key: str, kinds: tuple[str, ...], keys: dict) ->
     if isinstance(node, YamlMap):
         return node
     value = node.value if isinstance(node, YamlScalar) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and (key == "process" or float(value).is_integer()):
-        number = node.text
-        example = ("{dist: fixed, value: %s}" % number if key == "dist" else
-                   "{process: poisson, rate: %s}" % number)
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if numeric and (key == "process" or float(value).is_integer()):
+        example = ("{dist: fixed, value: %s}" % node.text if key == "dist" else
+                   "{process: poisson, rate: %s}" % node.text)
     elif isinstance(value, str) and value.strip() in kinds:
         kind = value.strip()
         example = "{" + ", ".join([f"{key}: {kind}", *(f"{k}: ..." for k in keys[kind])]) + "}"
