@@ -287,3 +287,38 @@ def test_the_warning_folds_at_80_columns_without_splitting_a_number(run_cli, tmp
     wide = _run(run_cli, tmp_path, STEP_SERVE, 1.5 * CAPACITY, 0)
     [line] = [line for line in wide.splitlines() if "overloaded" in line]
     assert " ".join(text[start:].split())[:len(line)] == line  # the same words, folded at spaces
+
+
+# ---- kvplan step: a batch no server can hold says so ---------------------------------------------
+
+
+def test_a_step_whose_batch_cannot_be_held_says_so(run_cli, monkeypatch):
+    """`kvplan step --batch 4096 --context 32768` timed a decode of 16 TiB of KV cache silently.
+    Llama-3.1-8B holds 128 KiB a token (32 layers x 8 KV heads x 128 x 2 x 2 bytes): 4,096 x 32,768
+    tokens are 16 TiB, where an H100's pool is tens of GiB."""
+    monkeypatch.setenv("COLUMNS", "400")
+    code, out, err = run_cli("step", "meta-llama/Llama-3.1-8B-Instruct", "--batch", "4096", "--context", "32768")
+    assert code == 0, err
+    warning = next(line for line in out.splitlines() if line.startswith("warning: this decode does not fit"))
+    assert "hold 16 TiB of KV cache per GPU" in warning
+    code, out, _ = run_cli("step", "meta-llama/Llama-3.1-8B-Instruct", "--batch", "4096", "--context", "32768",
+                           "--json")
+    memory = json.loads(out)["memory"]
+    assert memory["batch_kv_bytes"] == 4096 * 32768 * 131072 and not memory["fits"]
+    code, size_out, _ = run_cli("size", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-80GB", "--tokens",
+                                "32768", "--max-num-batched-tokens", "8192", "--json")
+    assert memory["max_concurrency"] == json.loads(size_out)["max_concurrency"]  # what kvplan size says
+    assert f"at most {memory['max_concurrency']:,} such requests" in warning
+
+
+def test_a_step_that_fits_has_no_warning(run_cli):
+    code, out, _ = run_cli("step", "meta-llama/Llama-3.1-8B-Instruct")  # 64 x 4,096 tokens: 32 GiB
+    assert code == 0 and "warning" not in out
+
+
+def test_a_step_beyond_the_context_and_the_weights_say_so(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    _, out, _ = run_cli("step", "meta-llama/Llama-3.1-8B-Instruct", "--batch", "1", "--context", "262144")
+    assert "warning: 262,144 tokens is beyond the model's context of 131,072" in out
+    _, out, _ = run_cli("step", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "L4")
+    assert "warning: no server holds this decode: CUDA out of memory while loading the weights" in out

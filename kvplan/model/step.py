@@ -30,5 +30,25 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     report = step_report(spec, layout, weights, gpu_spec, tp=tp, batch=batch, context=context, chunk=chunk,
                          enforce_eager=enforce_eager, constants=constants, async_scheduling=overlap)
     report["timing_profile"] = timing_profile
+    report["memory"] = _memory(spec, layout, weights, gpu_spec, tp, batch, context, chunk, enforce_eager)
     return report
+
+
+def _memory(spec, layout, weights, gpu, tp, batch, context, chunk, enforce_eager) -> dict:
+    """Whether the decode step's batch fits the KV pool vLLM allocates on this GPU at its defaults
+    (what `kvplan size --gpu G --tokens CONTEXT --batch BATCH` decides): a step time of a batch
+    that cannot be held is a number no server reaches."""
+    from kvplan.model.fit import size_model
+    from kvplan.model.vllm_memory import EngineOptions
+    from kvplan.model.weights import engine_shape
+
+    fit = size_model(layout, tokens=context, batch=batch, weight_bytes=weights.bytes,
+                     weight_bytes_per_gpu=weights.bytes_per_gpu(tp), params=weights.params, gpu=gpu,
+                     engine="vllm", engine_options=EngineOptions(max_num_batched_tokens=chunk,
+                                                                 enforce_eager=enforce_eager),
+                     engine_shape=engine_shape(spec))
+    beyond = spec.max_context is not None and context > spec.max_context
+    return {"batch_kv_bytes": fit.batch_kv_bytes, "kv_pool_bytes": fit.kv_pool_bytes,
+            "max_concurrency": fit.max_concurrency, "fits": fit.fits and not beyond, "reason": fit.reason,
+            "model_context": spec.max_context, "beyond_context": beyond}
 

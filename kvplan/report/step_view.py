@@ -23,6 +23,26 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.3f} ms"
 
 
+def _memory_lines(r: dict) -> list[str]:
+    """Warnings when the decode batch cannot be held: a context beyond the model's, a server that
+    would not start, or a batch whose KV cache is beyond vLLM's pool."""
+    from kvplan.units import format_bytes
+
+    m, lines = r.get("memory"), []
+    if not m or m["fits"]:
+        return lines
+    if m["beyond_context"]:
+        lines.append(f"{r['context']:,} tokens is beyond the model's context of {m['model_context']:,}")
+    if m["reason"]:
+        lines.append(f"no server holds this decode: {m['reason'].rstrip('.')}")
+    elif m["max_concurrency"] < r["batch"]:
+        lines.append(f"this decode does not fit: {r['batch']:,} requests of {r['context']:,} tokens hold "
+                     f"{format_bytes(m['batch_kv_bytes'])} of KV cache per GPU, and vLLM's pool on {r['gpu']} "
+                     f"(tp={r['tp']}) is {format_bytes(m['kv_pool_bytes'])}, at most {m['max_concurrency']:,} "
+                     "such requests at once (kvplan size)")
+    return [f"[yellow]warning:[/yellow] {terminal(line)}; the step is timed as asked" for line in lines]
+
+
 def render_step(r: dict) -> None:
     from rich.table import Table
 
@@ -40,6 +60,8 @@ def render_step(r: dict) -> None:
               f"{_ms(api['while_decode_streams'])} while this decode streams {r['decode_tokens_per_s']:,.0f} "
               f"tokens/s at {api['per_streamed_token'] * 1e6:,.0f} us a token; requests taken in one at a "
               f"time, {_ms(api['intake_one_at_a_time'])} each")
+    for line in _memory_lines(r):
+        out.print(line)
     host = ("async scheduling: the host time overlaps the GPU's, a step takes the longer of the two"
             if r["decode_s"]["host_overlapped"] else "synchronous scheduling: the host time adds to the GPU's")
     out.print(f"[dim]{host}; the larger of weights read and GEMM FLOPs counts for each GEMM; weights "

@@ -157,7 +157,8 @@ def _date_times(ts: list[str], lines: np.ndarray, path: Path, name: str = "TIMES
     wrapped = np.flatnonzero(stamps.astype("datetime64[s]") != seconds)
     if wrapped.size:
         i = int(wrapped[0])
-        raise TraceError(f"expected a date-time between 1678 and 2261, got {ts[i][:40]!r}", file=path,
+        more = hint if _number(ts[i]) is not None else ""
+        raise TraceError(f"expected a date-time between 1678 and 2261, got {ts[i][:40]!r}{more}", file=path,
                          line=int(lines[i]), field=name)
     return stamps
 
