@@ -12,8 +12,8 @@ Logs of several GPUs whose split is not stated, and data- or expert-parallel run
 than TP x PP), are skipped: kvplan models tensor parallelism only. A setting the log does not
 state takes vLLM's default (the utilization of the log's release,
 max_model_len the model's context, the batch defaults of `vllm serve`). Each log is predicted
-with the rules of the release it states; a log that states none predates the corpus's newest
-entries and takes the rules from before CUDA graphs came out of the pool (0.11; vllm_memory.release_rules).
+with the rules of the release it states (and, in 0.9-0.11.0, the sampler its log says it uses:
+`flashinfer`); a log that states none takes the rules of 0.16 (PRE_PROFILED_GRAPHS).
 
 The corpus is held out by source (`source_group`, else the thread or page): the sources the
 constants of vllm_memory.py were checked on (CALIBRATION) and two thirds of the rest, by a hash of
@@ -58,7 +58,11 @@ CHECKPOINTS = {
 GPU_NAMES = {"A100 (memory": "A100-80GB", "A100 (GCE a2-highgpu-1g": "A100-40GB", "L40S (46 GB": "L40S"}
 # Failures no model of the engine can predict: memory other processes held at start-up.
 EXTERNAL = ("Free memory on device",)
-PRE_PROFILED_GRAPHS = "0.11"  # the rules for a log that states no release
+# The rules for a log that states no release: 0.16, the last release before the Triton sampler
+# (0.17) and profiled CUDA graphs (0.20), whose rules held from 0.11.1 (FlashInfer's sampler off by
+# default) on; the dated ones among those logs, llm-d's document of January 2026 on
+# vllm/vllm-openai:latest, are from that span.
+PRE_PROFILED_GRAPHS = "0.16"
 
 
 def predict(entry: dict):
@@ -94,7 +98,8 @@ def predict(entry: dict):
                             max_num_batched_tokens=entry["max_num_batched_tokens"],
                             max_num_seqs=entry["max_num_seqs"],
                             enforce_eager=bool(entry["enforce_eager"]),
-                            release=entry.get("vllm_version") or PRE_PROFILED_GRAPHS),
+                            release=entry.get("vllm_version") or PRE_PROFILED_GRAPHS,
+                            flashinfer=entry.get("flashinfer", True)),
                         engine_shape=engine_shape(spec))
     return report
 

@@ -196,8 +196,9 @@ def test_llama_31_8b_on_an_a100_40gb_matches_its_log():
 def test_gpt_oss_120b_on_one_h100_does_not_start_as_vllm_says():
     """vllm-project/vllm#23278: at vLLM's defaults the profile leaves nothing ("No available memory
     for the cache blocks", logged -2.14 GiB). The log states no release; it was posted in August
-    2025, the time of 0.10, so the rules of the releases before CUDA graphs came out of the pool."""
-    r = size("openai/gpt-oss-120b", gpu="H100-80GB", vllm_version="0.11")
+    2025, the time of 0.10, from a pip install in a conda environment (its collect_env: "packaged by
+    Anaconda"), which in 0.10 has FlashInfer only with the [flashinfer] extra: the native sampler."""
+    r = size("openai/gpt-oss-120b", gpu="H100-80GB", vllm_version="0.10.1", flashinfer=False)
     assert r.fits is False and r.reason.startswith("No available memory for the cache blocks")
 
 
@@ -343,11 +344,37 @@ def spec_raw_top(model: str) -> dict:
 
 
 def test_every_release_from_the_oldest_has_its_sampler_bytes():
-    """0.9, the oldest release kvplan models, takes the sort path's bytes (no release is left out)."""
+    """0.9, the oldest release kvplan models, takes the sort path's bytes without FlashInfer and
+    FlashInfer's with it (no release is left out); 0.11.1-0.16 sort whether or not it is installed
+    (vllm-project/vllm#26859), 0.17 on take the in-place kernels."""
     from kvplan.model.vllm_memory import OLDEST_RELEASE, sampler_bytes
 
-    assert sampler_bytes(f"0.{OLDEST_RELEASE}.2") == sampler_bytes("0.16") == 38 and sampler_bytes("0.17.1") == 14
+    oldest = f"0.{OLDEST_RELEASE}.2"
+    assert sampler_bytes(oldest, flashinfer=False) == sampler_bytes("0.16") == 38 and sampler_bytes("0.17.1") == 14
+    assert sampler_bytes(oldest) == sampler_bytes("0.11.0") == sampler_bytes("0.10.1.1") == 14
+    assert sampler_bytes("0.11.1") == sampler_bytes("0.11.2", flashinfer=True) == 38
+    assert sampler_bytes("0.29", flashinfer=False) == 14
     assert size("meta-llama/Llama-3.1-8B-Instruct", gpu="L40S", tokens=8192, vllm_version="0.9.2").fits
+
+
+@pytest.mark.parametrize("log_id", ["qwen2-7b-a100-80gb-v0.10.1-gmu025-16k", "qwen3-4b-80gb-v0.10.2-defaults-breakdown"])
+def test_the_sampler_line_of_a_log_decides_its_pool(log_id):
+    """Two 0.10 logs, one printing "Using FlashInfer for top-p & top-k sampling." (dennislee22, an
+    A100 at utilization 0.25: 5.01 GiB of KV) and one "FlashInfer is not available" (a Slurm
+    pip install: 58.05 GiB): each within 0.5 GiB with the sampler its log names, and not with the
+    other (Qwen2-7B's 152,064-entry vocabulary over 256 rows, Qwen3-4B's 151,936 over 1,024: 24 B a
+    logit apart, 0.87 and 3.48 GiB)."""
+    log = LOGS[log_id]
+    kv = log["logged"]["available_kv_cache_gib"]
+
+    def pool(flashinfer: bool) -> float:
+        r = size(log["model"], gpu="A100-80GB" if "a100" in log_id else "H100-80GB", tokens=log["max_model_len"] or 40960,
+                 gpu_memory_utilization=log["gpu_memory_utilization"] or 0.9, vllm_version=log["vllm_version"],
+                 max_num_batched_tokens=log["max_num_batched_tokens"], flashinfer=flashinfer)
+        return r.kv_pool_bytes / GiB
+
+    assert abs(pool(log["flashinfer"]) - kv) <= 0.5
+    assert abs(pool(not log["flashinfer"]) - kv) > 0.5
 
 
 def test_a_pool_given_in_bytes_on_a_gpu_must_fit_beside_the_weights():
@@ -365,3 +392,19 @@ def test_a_pool_given_in_bytes_on_a_gpu_must_fit_beside_the_weights():
     assert not long.fits and long.reason.startswith("User-specified max_model_len (140000)")
     assert size("meta-llama/Llama-3.1-8B-Instruct", gpu="L40S", kv_memory="20GiB", tokens=140_000,
                 allow_long_max_model_len=True).fits
+
+
+def test_a_hybrid_pool_without_a_gpu_names_the_chunk_its_concurrency_assumes():
+    """gpt-oss-120b at TP4 on A100s (dennislee22's log, 0.10.1.1): a 45.32 GiB pool and "Maximum
+    concurrency for 16,384 tokens per request: 284.25x" at the A100's 2,048-token chunk. Without a GPU
+    the chunk is an assumption (8,192), which the note says, and the flag that sets it gives the log's
+    figure."""
+    from kvplan.model.size import size as size_run
+
+    log = LOGS["gpt-oss-120b-4xa100-80gb-tp4-ray-gmu080-16k"]
+    pool = int(log["logged"]["available_kv_cache_gib"] * GiB)
+    run = size_run("openai/gpt-oss-120b", tp=4, kv_memory=pool, tokens=16384, max_num_batched_tokens=2048)
+    assert run.report.vllm_concurrency == pytest.approx(log["logged"]["max_concurrency"], abs=0.01)
+    assumed = size_run("openai/gpt-oss-120b", tp=4, kv_memory=pool, tokens=16384)
+    assert any("Without a GPU the chunk is taken as 8,192" in n for n in assumed.notes)
+    assert not any("Without a GPU" in n for n in run.notes)

@@ -26,6 +26,7 @@ def size(
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs.")] = False,
     vllm_version: Annotated[str, typer.Option(help="The vLLM release whose rules apply (0.9 on; from 0.20 CUDA graphs come out of the pool).")] = "0.29",
     enable_prefix_caching: Annotated[bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching (on by default); hybrid Mamba-style models then keep two state pages per request.")] = True,
+    flashinfer: Annotated[bool, typer.Option("--flashinfer/--no-flashinfer", help="FlashInfer installed where vLLM runs (vLLM's Docker image has it; a pip install of 0.9-0.11.0 only with the [flashinfer] extra). In 0.9-0.11.0 it decides the profile's sampler memory: vLLM logs 'Using FlashInfer for top-p & top-k sampling' or 'FlashInfer is not available'.")] = True,
     allow_long_max_model_len: Annotated[bool, typer.Option("--allow-long-max-model-len", help="As vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a --tokens above the model's context starts (without it vLLM refuses it).")] = False,
     json: JsonOpt = False,
 ) -> None:
@@ -39,6 +40,7 @@ def size(
                    kv_memory=kv_memory, block_size=block_size, engine=engine, quantization=quantization,
                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                    enforce_eager=enforce_eager, vllm_version=vllm_version, enable_prefix_caching=enable_prefix_caching,
+                   flashinfer=flashinfer,
                    allow_long_max_model_len=allow_long_max_model_len)
     gpus = parse_list(gpu, "--gpu") if gpu is not None else [None]
     tps = [int(t) for t in parse_list(tp, "--tp", integers=True)]

@@ -16,7 +16,8 @@ from kvplan.model.fit import SizeReport
 from kvplan.model.layout import KVLayout
 
 
-def concurrency_note(report: SizeReport, layout: KVLayout, batched_tokens: int) -> str | None:
+def concurrency_note(report: SizeReport, layout: KVLayout, batched_tokens: int,
+                     batch_assumed: bool = False) -> str | None:
     """The note, or None where the two counts agree (or there is no sliding-window layer)."""
     if report.vllm_concurrency is None or report.max_concurrency is None or report.reason:
         return None
@@ -32,4 +33,7 @@ def concurrency_note(report: SizeReport, layout: KVLayout, batched_tokens: int) 
             f"kvplan counts what a request of {tokens:,} tokens holds, {window:,} tokens (the window) in "
             f"each of the {sum(g.num_layers for g in sliding)} sliding-window layers; vLLM's Maximum "
             f"concurrency line charges those layers the window plus a prefill chunk of "
-            f"max_num_batched_tokens {batched_tokens:,}, here {how}.")
+            f"max_num_batched_tokens {batched_tokens:,}, here {how}."
+            + (f" Without a GPU the chunk is taken as {batched_tokens:,}, vLLM's default on GPUs of 70 GiB or "
+               "more but the A100 (2,048 on others): --gpu or --max-num-batched-tokens sets it."
+               if batch_assumed else ""))

@@ -11,7 +11,8 @@ from kvplan.model.concurrency_note import concurrency_note
 from kvplan.model.fit import SizeReport, size_model, sliding_batch
 from kvplan.model.layout import KVLayout
 from kvplan.model.resolve import load_spec
-from kvplan.model.vllm_memory import VLLM_RELEASE, EngineOptions, long_max_len_reason, release_rules
+from kvplan.model.vllm_memory import (VLLM_RELEASE, EngineOptions, flashinfer_decides, long_max_len_reason,
+                                      release_rules)
 from kvplan.model.weights import engine_shape, estimate_weights
 from kvplan.units import parse_count, parse_size
 
@@ -40,6 +41,11 @@ class SizeRun:
         return out
 
 
+def memory_profiled(report: SizeReport) -> bool:
+    """Whether the pool came from vLLM's start-up profile (a GPU, engine vllm, no --kv-memory)."""
+    return report.memory_breakdown is not None
+
+
 def size(
     model: str,
     *,
@@ -58,6 +64,7 @@ def size(
     enforce_eager: bool = False,
     vllm_version: str = VLLM_RELEASE,
     enable_prefix_caching: bool = True,
+    flashinfer: bool = True,
     allow_long_max_model_len: bool = False,
     explore: bool = True,
 ) -> SizeRun:
@@ -104,7 +111,7 @@ def size(
     options = EngineOptions(
         gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, release=vllm_version,
-        enable_prefix_caching=enable_prefix_caching)
+        enable_prefix_caching=enable_prefix_caching, flashinfer=flashinfer)
     common = dict(block_size=block_size, weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp),
                   params=weights.params, gpu=gpu_spec, gpu_memory_utilization=gpu_memory_utilization, engine=engine,
                   engine_options=options, engine_shape=engine_shape(spec))
@@ -118,9 +125,16 @@ def size(
     if report.kv_pool_bytes is not None:
         memory = report.memory_breakdown
         batched = sliding_batch(memory["max_num_batched_tokens"] if memory else max_num_batched_tokens, gpu_spec)
-        note = concurrency_note(report, layout, batched)
+        note = concurrency_note(report, layout, batched,
+                                batch_assumed=gpu_spec is None and not max_num_batched_tokens)
         if note:
             notes.append(note)
+    if memory_profiled(report) and flashinfer_decides(vllm_version):
+        notes.append(f"vLLM {vllm_version} samples with FlashInfer where it is installed, as in its Docker image "
+                     "(taken here; --no-flashinfer for a pip install without it, whose profile sorts the logits)"
+                     if flashinfer else
+                     f"vLLM {vllm_version} without FlashInfer sorts the logits in its profile (--flashinfer: "
+                     "installed, as in its Docker image)")
     run = SizeRun(report, layout, tuple(notes))
     if report.kv_pool_bytes is None or kv_bytes is not None or not explore:
         return run
@@ -128,7 +142,8 @@ def size(
                     block_size=block_size, engine=engine, quantization=quantization,
                     max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                     enforce_eager=enforce_eager, vllm_version=vllm_version,
-                    enable_prefix_caching=enable_prefix_caching, allow_long_max_model_len=allow_long_max_model_len)
+                    enable_prefix_caching=enable_prefix_caching, flashinfer=flashinfer,
+                    allow_long_max_model_len=allow_long_max_model_len)
     at = {}
     for length in COMMON_CONTEXTS:
         if length != report.tokens and (spec.max_context is None or length <= spec.max_context):

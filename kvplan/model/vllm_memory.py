@@ -35,11 +35,19 @@ window). The peak is the larger of the two, not their sum:
 
 The logits are the full vocabulary on every rank (the vocab-parallel head is all-gathered, so
 the sampler term does not shrink with TP) and are not chunked. k, the bytes the sampler holds
-per logit, follows the sampler path of the release (SAMPLER_BYTES): the V1 runner's top-k/top-p
-over a full sort (bf16 logits, their float32 copy, sorted values and int64 indices, the sort's
-temporary buffer and index input: 38 B; four sources of the corpus with the whole breakdown give
-38.3-38.6) up to 0.16; the in-place Triton top-k/top-p kernel (0.17 on) and FlashInfer's sampler
-(the default from 0.21): about 14 B. (The V2 model runner, every model's from 0.29, profiles a
+per logit, follows the sampler path (SAMPLER_BYTES): the V1 runner's top-k/top-p over a full sort
+(bf16 logits, their float32 copy, sorted values and int64 indices, the sort's temporary buffer and
+index input: 38 B; four sources of the corpus with the whole breakdown give 38.3-38.6) up to 0.16;
+FlashInfer's top-k/top-p sampling from the logits (the bf16 logits, the float32 copy, the masked
+logits and the probabilities: 14 B), and the in-place Triton kernel of 0.17 on, about as much.
+Which path a server takes depends on its release and on whether FlashInfer is installed
+(`EngineOptions.flashinfer`; vLLM logs "Using FlashInfer for top-p & top-k sampling" or "FlashInfer
+is not available"): from 0.9.0 (vllm-project/vllm#15777, the FlashInfer 0.2.3 API) to 0.11.0 the V1
+sampler takes FlashInfer whenever it is installed, as it is in vLLM's Docker image (a `pip
+install vllm` has it only as the [flashinfer] extra then); 0.11.1 turned it off by default
+(vllm-project/vllm#26859) until the Triton kernel (0.17) and FlashInfer again (0.21,
+vllm-project/vllm#40376). The corpus's 0.10-0.11.0 logs agree with their own sampler line: 14 B
+where they print "Using FlashInfer", 38 B where "FlashInfer is not available". (The V2 model runner, every model's from 0.29, profiles a
 sampler pass without top-k/top-p, 2 B a logit, until 0.33; the corpus's 0.29 logs, gpt-oss-20b on
 L4s, leave about 2 GiB more than that would, so 0.29 keeps the 14 B until logs with the whole
 breakdown show where it goes.) The dummy requests of the profile (temperature 0.5, top-p 0.9, top-k
@@ -108,6 +116,10 @@ A_MLP = 3  # the gate_up projection's output (2 x width) and the activation's ou
 # Bytes the profile's sampler pass holds per logit (see the module docstring), by release:
 # (first minor release, bytes).
 SAMPLER_BYTES = ((OLDEST_RELEASE, 38), (17, 14))
+FLASHINFER_SAMPLER_BYTES = 14
+# The releases whose V1 sampler takes FlashInfer whenever it is installed: [first, last] as
+# (major, minor, patch); outside them the release's own path (SAMPLER_BYTES) holds either way.
+FLASHINFER_BY_DEFAULT = ((0, 9, 0), (0, 11, 0))
 # Non-torch memory allocated while profiling: cuBLAS and attention workspaces, lazily loaded
 # kernels; 0.1 GiB at tp=1, as the corpus's whole breakdowns show it (0.07-0.14 GiB: llm-d's H100
 # runs, a Qwen3-4B log of 0.10.2). At tp > 1 also the NCCL communicator the logits' all-gather
@@ -137,10 +149,26 @@ def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, cap: int | Non
 DEFAULT_CAPTURE = capture_sizes(CUDA_GRAPH_CAP, 2 * CUDA_GRAPH_CAP)  # the sizes CUDA_GRAPH_BASE/_PER_LAYER stand for
 
 
-def sampler_bytes(release: str) -> int:
-    """Bytes per logit of the profile's sampler pass in `release` (SAMPLER_BYTES)."""
-    major, minor = release_number(release) or (0, 0)
-    minor = 10_000 if major > 0 else minor
+def release_version(release: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a vLLM release as written ("0.11" is 0.11.0); None for anything else."""
+    match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,3}))?(?:\.\d{1,3})?(?:\.post\d+|rc\d+|\.dev\d+)*"
+                         r"(?:\+[\w.]+)?", str(release).strip())
+    return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)) if match else None
+
+
+def flashinfer_decides(release: str) -> bool:
+    """Whether FlashInfer being installed changes the profile's sampler in `release` (0.9-0.11.0)."""
+    first, last = FLASHINFER_BY_DEFAULT
+    return first <= (release_version(release) or (0, 0, 0)) <= last
+
+
+def sampler_bytes(release: str, flashinfer: bool = True) -> int:
+    """Bytes per logit of the profile's sampler pass in `release`, with or without FlashInfer
+    installed (see the module docstring)."""
+    version = release_version(release) or (0, 0, 0)
+    if flashinfer and flashinfer_decides(release):
+        return FLASHINFER_SAMPLER_BYTES
+    minor = 10_000 if version[0] > 0 else version[1]
     return [b for since, b in SAMPLER_BYTES if minor >= since][-1]
 
 
@@ -164,6 +192,7 @@ class EngineOptions:
     enforce_eager: bool = False
     release: str = VLLM_RELEASE
     enable_prefix_caching: bool = True
+    flashinfer: bool = True  # FlashInfer installed (vLLM's Docker image); decides the sampler in 0.9-0.11.0
 
     @property
     def rules(self) -> ReleaseRules:
@@ -210,11 +239,11 @@ class StartupMemory:
 
 
 def activation_peak(hidden: int, mlp_width: int, vocab: int, tp: int, act_bytes: int,
-                    tokens: int, seqs: int, release: str = VLLM_RELEASE) -> int:
+                    tokens: int, seqs: int, release: str = VLLM_RELEASE, flashinfer: bool = True) -> int:
     """Peak activation bytes of vLLM's profiling run (see the module docstring)."""
     rows = min(seqs, tokens)
     forward = tokens * (A_HIDDEN * hidden + A_MLP * -(-mlp_width // tp)) * act_bytes
-    sampler = (tokens + rows) * hidden * act_bytes + rows * vocab * sampler_bytes(release)
+    sampler = (tokens + rows) * hidden * act_bytes + rows * vocab * sampler_bytes(release, flashinfer)
     return max(forward, sampler)
 
 
@@ -226,7 +255,8 @@ def startup_memory(*, total: int, gpu_name: str, weights: int, hidden: int, mlp_
     seqs = options.max_num_seqs or seqs
     rules = options.rules
     requested = int(total * options.utilization)
-    activation = activation_peak(hidden, mlp_width, vocab, tp, act_bytes, tokens, seqs, rules.release)
+    activation = activation_peak(hidden, mlp_width, vocab, tp, act_bytes, tokens, seqs, rules.release,
+                                 options.flashinfer)
     non_torch = NON_TORCH_TP if tp > 1 else NON_TORCH_TP1
     cap = GPT_OSS_CAPTURE if model_type == "gpt_oss" else None
     graphs = 0 if options.enforce_eager else cuda_graph_memory(layers, seqs, tokens, cap)
