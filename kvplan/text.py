@@ -3,7 +3,8 @@
 Names and values come from files and flags (a model folder, a workload's `name:`, a GPU, a price
 row, a reason quoting any of them). They may hold terminal escape sequences (clear the screen, set
 the window title), rich markup (`[/]` raises rich's MarkupError), HTML, a `javascript:` link or
-matplotlib mathtext (`$\\foo{$` raises in the renderer). Every view passes such text through one
+matplotlib mathtext (`$\\foo{$` raises in the renderer), or a spreadsheet formula (`=HYPERLINK(...)` in a
+CSV cell runs when the file is opened). Every view passes such text through one
 of these functions, so that it is shown literally and can neither drive the terminal, add a link
 nor break a renderer. Error lines use the same rule (`cut`).
 
@@ -72,6 +73,18 @@ def plot_label(text) -> str:
     """For a matplotlib title, axis label or legend entry: printable, with `$` escaped so that no
     part of a name is read as mathtext (a backslash outside `$...$` is drawn as it is)."""
     return printable(text).replace("$", r"\$")
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula
+
+
+def csv_cell(value):
+    """For a CSV cell: numbers as they are; text that a spreadsheet would run as a formula (it
+    starts with = + - @, a tab or a carriage return) prefixed with an apostrophe, which Excel,
+    LibreOffice and Google Sheets show as text (OWASP's advice for CSV injection)."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:

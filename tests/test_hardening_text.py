@@ -330,3 +330,31 @@ def test_closed_streams_give_an_exit_code_and_no_traceback(tmp_path):
     run = _shell(f"simulate {workload} --csv {csv} >&- 2>&-")
     assert run.returncode == 2 and run.stderr == ""
     assert not csv.exists() or csv.read_text().startswith("allocator,request")
+
+
+# ---- CSV outputs: no cell a spreadsheet would run -------------------------------------------------
+
+
+def test_csv_cells_never_start_a_formula():
+    for hostile in ("=HYPERLINK(\"http://x\",\"y\")", "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx"):
+        assert text.csv_cell(hostile) == "'" + hostile
+    assert [text.csv_cell(v) for v in ("H100-80GB tp2", "", 3, -2.5, None, True)] == ["H100-80GB tp2", "", 3, -2.5, None, True]
+
+
+def test_the_plan_csv_guards_every_text_cell(tmp_path):
+    import csv
+
+    from kvplan.report.plan_view import CSV_FIELDS, write_plan_csv
+
+    row = {"config": {"label": "=cmd|' /C calc'!A0", "gpu": "@x", "tp": 1, "quantization": "none", "kv_dtype": "-bf16",
+                      "max_num_seqs": None, "block_size": 16, "prefix_caching": True},
+           "feasible": False, "simulated": False, "replicas": 1, "gpus": 1, "usd_per_gpu_hour": 2.5, "cost_per_hour": 2.5,
+           "usd_per_million_tokens": None, "usd_per_million_output_tokens": None, "served": 0, "load_per_replica": 0,
+           "capacity": 0, "saturated": False, "ttft_p99": None, "tpot_p99": None, "e2e_p99": None,
+           "bound_cost": None, "bound_ttft": None, "reason": "+ SUM(1)"}
+    out = tmp_path / "plan.csv"
+    write_plan_csv({"results": [row]}, out)
+    cells = list(csv.reader(out.open(encoding="utf-8")))[1]
+    assert len(cells) == len(CSV_FIELDS)
+    assert not [c for c in cells if c and c[0] in "=+-@\t\r"], cells
+    assert cells[1] == "'=cmd|' /C calc'!A0" and cells[-1] == "'+ SUM(1)"

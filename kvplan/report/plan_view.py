@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 
 from kvplan.report.output import console, print_table
-from kvplan.text import count, printable, terminal
+from kvplan.text import count, csv_cell, printable, terminal
 
 CSV_FIELDS = ("rank", "config", "gpu", "tp", "quantization", "kv_dtype", "max_num_seqs", "max_num_batched_tokens",
               "block_size", "prefix_caching", "feasible", "simulated", "replicas", "gpus", "tier", "instances",
@@ -189,10 +189,10 @@ def write_plan_csv(doc: dict, path: Path) -> None:
         for i, r in enumerate(doc["results"], 1):
             c = r["config"]
             rent = r.get("rental") or {}
-            writer.writerow([i, c["label"], c["gpu"], c["tp"], c["quantization"], c["kv_dtype"], c["max_num_seqs"] or "",
+            writer.writerow([csv_cell(v) for v in [i, c["label"], c["gpu"], c["tp"], c["quantization"], c["kv_dtype"], c["max_num_seqs"] or "",
                              c.get("max_num_batched_tokens") or "", c["block_size"], c["prefix_caching"], r["feasible"],
                              r["simulated"], r["replicas"], r["gpus"], rent.get("tier", ""), rent.get("instances", ""),
                              rent.get("instance_gpus", ""), r["usd_per_gpu_hour"], r["cost_per_hour"],
                              r["usd_per_million_tokens"], r["usd_per_million_output_tokens"], r["served"],
                              r["load_per_replica"], r["capacity"], r["saturated"], r["ttft_p99"], r["tpot_p99"],
-                             r["e2e_p99"], r["bound_cost"], r["bound_ttft"], r["reason"] or ""])
+                             r["e2e_p99"], r["bound_cost"], r["bound_ttft"], r["reason"] or ""]])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kvplan.report.output import console, print_table
 from kvplan.report.overload import print_overload
-from kvplan.text import count, plot_label, terminal
+from kvplan.text import count, csv_cell, plot_label, terminal
 
 BREAKDOWN = ("token_states", "reserved", "internal", "external", "free")
 
@@ -105,12 +105,12 @@ def write_requests_csv(results, path: Path) -> None:
         fields += sorted({f for r in results for f in r.requests.fields} - set(fields))
         writer.writerow(["allocator", "request", *fields])
         for result in results:
-            row = 0
+            row, label = 0, csv_cell(result.label)
             for chunk in result.requests.iter_chunks():
                 n = len(chunk["prompt"])  # a column this run lacks (caching off) stays empty
                 columns = [chunk[name].tolist() if name in chunk else [""] * n for name in fields]
                 for values in zip(*columns):
-                    writer.writerow([result.label, row, *values])
+                    writer.writerow([label, row, *values])
                     row += 1
 
 
