@@ -47,7 +47,8 @@ sampler takes FlashInfer whenever it is installed, as it is in vLLM's Docker ima
 install vllm` has it only as the [flashinfer] extra then); 0.11.1 turned it off by default
 (vllm-project/vllm#26859) until the Triton kernel (0.17) and FlashInfer again (0.21,
 vllm-project/vllm#40376). The corpus's 0.10-0.11.0 logs agree with their own sampler line: 14 B
-where they print "Using FlashInfer", 38 B where "FlashInfer is not available". (The V2 model runner, every model's from 0.29, profiles a
+where they print "Using FlashInfer", 38 B where "FlashInfer is not available". (The V2 model
+runner, every model's from 0.29, profiles a
 sampler pass without top-k/top-p, 2 B a logit, until 0.33; the corpus's 0.29 logs, gpt-oss-20b on
 L4s, leave about 2 GiB more than that would, so 0.29 keeps the 14 B until logs with the whole
 breakdown show where it goes.) The dummy requests of the profile (temperature 0.5, top-p 0.9, top-k
@@ -89,12 +90,18 @@ class ReleaseRules:
     group_aware_tokens: bool  # "GPU KV cache size" as int(concurrency x max_model_len)
 
 
+def release_version(release: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a vLLM release as written ("0.11" is 0.11.0); None for anything else."""
+    match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,3}))?(?:\.\d{1,3})?(?:\.post\d+|rc\d+|\.dev\d+)*"
+                         r"(?:\+[\w.]+)?", str(release).strip())
+    return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)) if match else None
+
+
 def release_number(release: str) -> tuple[int, int] | None:
     """(major, minor) of a vLLM release as written ("0.11", "0.21.1", "v0.29.0", "0.10.1.1"); None for
     anything else."""
-    match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,3}){0,2}(?:\.post\d+|rc\d+|\.dev\d+)*(?:\+[\w.]+)?",
-                         str(release).strip())
-    return (int(match.group(1)), int(match.group(2))) if match else None
+    version = release_version(release)
+    return version[:2] if version else None
 
 
 def release_rules(release: str) -> ReleaseRules:
@@ -149,13 +156,6 @@ def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, cap: int | Non
 DEFAULT_CAPTURE = capture_sizes(CUDA_GRAPH_CAP, 2 * CUDA_GRAPH_CAP)  # the sizes CUDA_GRAPH_BASE/_PER_LAYER stand for
 
 
-def release_version(release: str) -> tuple[int, int, int] | None:
-    """(major, minor, patch) of a vLLM release as written ("0.11" is 0.11.0); None for anything else."""
-    match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,3}))?(?:\.\d{1,3})?(?:\.post\d+|rc\d+|\.dev\d+)*"
-                         r"(?:\+[\w.]+)?", str(release).strip())
-    return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)) if match else None
-
-
 def flashinfer_decides(release: str) -> bool:
     """Whether FlashInfer being installed changes the profile's sampler in `release` (0.9-0.11.0)."""
     first, last = FLASHINFER_BY_DEFAULT
@@ -165,10 +165,10 @@ def flashinfer_decides(release: str) -> bool:
 def sampler_bytes(release: str, flashinfer: bool = True) -> int:
     """Bytes per logit of the profile's sampler pass in `release`, with or without FlashInfer
     installed (see the module docstring)."""
-    version = release_version(release) or (0, 0, 0)
     if flashinfer and flashinfer_decides(release):
         return FLASHINFER_SAMPLER_BYTES
-    minor = 10_000 if version[0] > 0 else version[1]
+    major, minor = release_number(release) or (0, 0)
+    minor = 10_000 if major > 0 else minor
     return [b for since, b in SAMPLER_BYTES if minor >= since][-1]
 
 
