@@ -4,8 +4,7 @@ name of the registry kvplan/workload/routing.ROUTERS.
 `router: round_robin`, or a mapping `{policy: prefix_aware, sync_interval_s: 0.1, overlap_weight: 1.0}`:
 - round_robin: request i goes to replica i mod N (a Kubernetes Service, vLLM's production stack);
 - random: uniformly, from the workload's seed (a baseline);
-- least_outstanding: the replica with the fewest requests sent and not finished (ties: the lowest
-  index);
+- least_outstanding: the replica with the fewest requests sent and not finished;
 - least_kv: the replica with the smallest share of its KV blocks in use, counting the prompt
   blocks of what was sent since the last refresh;
 - prefix_aware: NVIDIA Dynamo's KV-aware cost, overlap_weight x the prompt tokens a replica would
@@ -14,7 +13,10 @@ name of the registry kvplan/workload/routing.ROUTERS.
   one score, as llm-d's prefix-cache and load scorers weigh them too.
 
 The routers that look at the replicas see them as they were at the last refresh (every
-`sync_interval_s` of arrival time), plus what they sent since.
+`sync_interval_s` of arrival time), plus what they sent since. Their ties go to a seeded random
+choice among the tied replicas, as deployed routers break them (llm-d's scheduler picks at random
+among the best-scored pods; Dynamo's KV router samples among equal costs): ties to the lowest index
+would pile an idle fleet's requests onto replica 0 (8 replicas at low load got 241, 92, 40 ... 2).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Router:
     def __init__(self, spec: RouterSpec, replicas, seed: int):
         self.spec, self.replicas, self.n = spec, replicas, len(replicas)
         self.sent = 0
+        self.tie = np.random.default_rng([seed, 0x71E5])  # tie-breaking keys, apart from Random's draws
 
     def assign(self, chunk) -> np.ndarray:
         raise NotImplementedError
@@ -67,44 +70,55 @@ class Random(Router):
         return self.rng.integers(0, self.n, size=len(chunk))
 
 
-class LeastOutstanding(Router):
+class _Least(Router):
+    """The replica of the smallest load, a heap of (load, a random key, replica): every entry
+    gets a fresh uniform key when it is pushed, so among the replicas of equal load each is the
+    smallest key, the one chosen, with equal chance (a seeded random tie-break)."""
+
     looks = True
 
+    def load_of(self, replica) -> float:
+        raise NotImplementedError
+
+    def added(self, replica, prompt: int) -> float:
+        raise NotImplementedError
+
     def sync(self) -> None:
-        self.heap = [(r.outstanding, i) for i, r in enumerate(self.replicas)]
+        keys = self.tie.random(self.n).tolist()
+        self.heap = [(self.load_of(r), k, i) for i, (r, k) in enumerate(zip(self.replicas, keys))]
         heapq.heapify(self.heap)
 
     def assign(self, chunk) -> np.ndarray:
-        heap, out = self.heap, np.empty(len(chunk), dtype=np.int64)
-        for i in range(len(chunk)):
-            load, r = heap[0]  # the fewest outstanding, then the lowest index
-            heapq.heapreplace(heap, (load + 1, r))
+        heap, out, replicas = self.heap, np.empty(len(chunk), dtype=np.int64), self.replicas
+        for i, (p, key) in enumerate(zip(chunk.prompt_len.tolist(), self.tie.random(len(chunk)).tolist())):
+            load, _, r = heap[0]
+            heapq.heapreplace(heap, (load + self.added(replicas[r], p), key, r))
             out[i] = r
         return out
 
 
-class LeastKv(Router):
-    looks = True
+class LeastOutstanding(_Least):
+    def load_of(self, replica) -> float:
+        return replica.outstanding
 
-    def sync(self) -> None:
-        self.heap = [(r.blocks_used / max(r.setup.num_blocks, 1), i) for i, r in enumerate(self.replicas)]
-        heapq.heapify(self.heap)
+    def added(self, replica, prompt: int) -> float:
+        return 1
 
-    def assign(self, chunk) -> np.ndarray:
-        heap, out = self.heap, np.empty(len(chunk), dtype=np.int64)
-        for i, p in enumerate(chunk.prompt_len.tolist()):
-            used, r = heap[0]
-            setup = self.replicas[r].setup
-            heapq.heapreplace(heap, (used + -(-p // setup.block_size) / max(setup.num_blocks, 1), r))
-            out[i] = r
-        return out
+
+class LeastKv(_Least):
+    def load_of(self, replica) -> float:
+        return replica.blocks_used / max(replica.setup.num_blocks, 1)
+
+    def added(self, replica, prompt: int) -> float:
+        setup = replica.setup
+        return -(-prompt // setup.block_size) / max(setup.num_blocks, 1)
 
 
 class PrefixAware(Router):
     """NVIDIA Dynamo's KV-router cost: for each replica, overlap_weight x the prompt tokens it
     would have to prefill (those beyond the longest prefix the router sent it before) + the KV
     tokens it holds (in use at the last refresh, plus the prompts sent to it since); the cheapest
-    wins, ties to the lowest index. The index: block key (the chain of hash ids up to that block)
+    wins, ties to a seeded random one of them. The index: block key (the chain of hash ids up to that block)
     -> bitmask of the replicas holding it, and per replica an LRU of its keys as large as its
     pool, in the stream's hash blocks."""
 
@@ -126,6 +140,7 @@ class PrefixAware(Router):
         if chunk.hash_ids is not None and self.capacity is None:
             self.capacity = [max(1, r.setup.num_blocks * r.setup.block_size // max(size, 1)) for r in self.replicas]
         everyone = (1 << n) - 1
+        draws = self.tie.random(len(chunk)).tolist()
         for i, p in enumerate(chunk.prompt_len.tolist()):
             keys, depth = [], [0] * n
             if chunk.hash_ids is not None:
@@ -148,11 +163,10 @@ class PrefixAware(Router):
                     bit = live & -live
                     depth[bit.bit_length() - 1] = len(keys)
                     live ^= bit
-            best, best_cost = 0, None
-            for r in range(n):
-                cost = w * max(p - depth[r] * size, 0) + held[r]
-                if best_cost is None or cost < best_cost:
-                    best, best_cost = r, cost
+            costs = [w * max(p - d * size, 0) + h for d, h in zip(depth, held)]
+            low = min(costs)
+            tied = [r for r, c in enumerate(costs) if c == low]
+            best = tied[0] if len(tied) == 1 else tied[int(draws[i] * len(tied))]
             out[i] = best
             held[best] += p
             if keys:

@@ -14,7 +14,7 @@ from kvplan.workload.checks import check_choice, check_float
 ROUTERS = {
     "round_robin": "request i goes to replica i mod N (a Kubernetes Service, vLLM's production stack)",
     "random": "uniformly, from the workload's seed (a baseline)",
-    "least_outstanding": "the replica with the fewest requests sent and not finished (ties: the lowest index)",
+    "least_outstanding": "the replica with the fewest requests sent and not finished",
     "least_kv": "the replica with the smallest share of its KV blocks in use, counting the prompt blocks "
                 "of what was sent since the last refresh",
     "prefix_aware": "NVIDIA Dynamo's KV-aware cost: overlap_weight x the prompt tokens a replica would "
