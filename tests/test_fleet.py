@@ -228,3 +228,28 @@ def test_a_bad_disaggregated_fleet_is_one_line(tmp_path, run_cli, replicas, extr
                     f"scheduler: {{prefix_caching: false}}\nrequests:\n{POISSON}replicas:\n{replicas}{extra}")
     code, out, err = run_cli("simulate", str(path))
     assert code == 2 and str(path) in err and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("decode,needle", [
+    ("{role: decode, count: 1, model: Qwen/Qwen2.5-7B-Instruct}", "replicas[1].model"),
+    ("{role: decode, count: 1, kv_dtype: fp8}", "replicas[1].kv_dtype"),
+])
+def test_prefill_and_decode_pools_of_different_kv_are_refused(tmp_path, run_cli, decode, needle):
+    """The decode side reads the KV the prefill side wrote: another model or KV dtype is one line
+    naming the group's field; another TP degree is accepted (vLLM reshards heads)."""
+    path = tmp_path / "pd.yaml"
+    body = (f"name: pd\nexperiment: fleet\nmodel: {MODEL}\ngpu: L40S\npool: {{gpu_memory_utilization: 0.9}}\n"
+            f"scheduler: {{prefix_caching: false, max_model_len: 8192}}\nrequests:\n{POISSON}"
+            "transfer: {gb_per_s: 25}\nreplicas:\n  - {role: prefill, count: 1}\n")
+    path.write_text(body + f"  - {decode}\n")
+    code, out, err = run_cli("simulate", str(path))
+    assert code == 2 and needle in err and str(path) in err and len(err.strip().splitlines()) == 1, err
+    path.write_text(body + "  - {role: decode, count: 1, tp: 2}\n")
+    code, out, err = run_cli("simulate", str(path), "--json")
+    assert code == 0, err
+
+
+def test_transfer_on_a_colocated_fleet_is_refused(tmp_path, run_cli):
+    path = fleet_file(tmp_path, POISSON, extra="transfer: {gb_per_s: 25}\n")
+    code, out, err = run_cli("simulate", str(path))
+    assert code == 2 and "transfer" in err and "prefill" in err and len(err.strip().splitlines()) == 1, err

@@ -115,7 +115,29 @@ def read_groups(workload: Workload) -> list[Group]:
             raise WorkloadError("a decode pool receives its prompts' KV: it needs a paged allocator and "
                                 "scheduler.prefix_caching: false", file=workload.path, field=where, line=line)
         groups.append(Group(g.name, g.count, wl, g.role))
+    if fleet.disaggregated:
+        _same_kv(groups, workload.path, spec)
     return groups
+
+
+def _same_kv(groups: list[Group], path: str, spec) -> None:
+    """A decode replica reads the KV a prefill replica wrote, layer by layer in the writer's
+    layout: both pools must serve the same model with the same KV dtype (their TP may differ, as
+    vLLM's NixlConnector reshards heads between TP degrees), or the first that differs is refused."""
+    first = next(g for g in groups if g.role == "prefill")
+    want = first.workload.layout
+    for i, g in enumerate(groups):
+        have = g.workload.layout
+        if have is None or want is None or g is first:
+            continue
+        for key, what in (("model", "the same model"), ("kv_dtype", "the same KV dtype")):
+            if getattr(have, key) != getattr(want, key):
+                where = f"replicas[{i}]"
+                raise WorkloadError(f"{g.role} group {g.name!r} has {key} {getattr(have, key)}, {first.role} group "
+                                    f"{first.name!r} {getattr(want, key)}: prefill and decode pools need {what} "
+                                    "(the decode side reads the KV the prefill side wrote)", file=path,
+                                    field=f"{where}.{key}",
+                                    line=spec.locate(where) if spec.locate is not None else None)
 
 
 class Replica:

@@ -399,6 +399,9 @@ class FleetSpec:
         if roles == {"prefill", "decode"} and self.transfer is None:
             raise _fail("replicas", "a disaggregated fleet needs `transfer: {gb_per_s, latency_s}`, "
                                     "the link the KV moves over")
+        if roles == {"both"} and self.transfer is not None:
+            raise _fail("transfer", "a colocated fleet moves no KV between replicas: `transfer:` needs "
+                                    "groups with role: prefill and role: decode")
 
     @property
     def disaggregated(self) -> bool:
