@@ -182,27 +182,60 @@ def _pd_file(tmp_path, name: str, transfer: str, disaggregated: bool = True, cou
 
 
 def test_disaggregation_by_hand_one_request(tmp_path):
-    """One request of 3,000 + 50 tokens on a prefill H100 and a decode H100. Over a link of no
-    cost the decode replica's first step computes the last prompt token with the other 2,999 sent
-    (one 1-token step more than colocated before the first token, by the step-time clock), and
-    every later step is the colocated one: the same TPOT. Over 25 GB/s and 2 ms, the TTFT rises by
-    the transfer, 2 ms + 3,000 x 128 KiB / 25 GB/s."""
+    """One request of 3,000 + 50 tokens on a prefill H100 and a decode H100, counted by hand along
+    its real path. The colocated run's TTFT holds one API server pass (the frontend) and the engine
+    to the first token. Disaggregated over a link of no cost, it adds the prefill server's own
+    pass (its frontend again: the prefill server answers the proxy), the proxy's 5 ms, and the
+    decode replica's first step, which computes the last prompt token with the other 2,999 sent
+    (a 1-token step, by the step-time clock); every later step is the colocated one: the same TPOT.
+    Over 25 GB/s and 2 ms, the TTFT rises by the transfer, 2 ms + 3,000 x 128 KiB / 25 GB/s."""
     colocated = simulate_fleet(load(_pd_file(tmp_path, "c.yaml", "", disaggregated=False)))
     free = simulate_fleet(load(_pd_file(tmp_path, "f.yaml", "{gb_per_s: 0, latency_s: 0}")))
+    bare = simulate_fleet(load(_pd_file(tmp_path, "b.yaml", "{gb_per_s: 0, latency_s: 0, proxy_s: 0}")))
     link = simulate_fleet(load(_pd_file(tmp_path, "l.yaml", "{gb_per_s: 25, latency_s: 0.002}")))
     wl = load(_pd_file(tmp_path, "c.yaml", "", disaggregated=False))
     from kvplan.sim.inputs import make_setup
 
     clock = make_setup(wl, wl.allocators[0]).clock
     one_token = clock.step_ticks(kv_read=2999, tokens=1, requests=1, pairs=3000) / clock.ticks_per_unit
-    assert free.ttft.p50 == pytest.approx(colocated.ttft.p50 + one_token, abs=1e-9)
+    prefill_pass = clock.frontend / clock.ticks_per_unit  # one request: its API server streams nothing else
+    assert prefill_pass == pytest.approx(0.010)
+    assert free.ttft.p50 == pytest.approx(colocated.ttft.p50 + one_token + prefill_pass + 0.005, abs=1e-9)
+    assert bare.ttft.p50 == pytest.approx(colocated.ttft.p50 + one_token + prefill_pass, abs=1e-9)
     assert free.tpot.p50 == pytest.approx(colocated.tpot.p50, abs=1e-12)
-    assert free.e2e.p50 - colocated.e2e.p50 == pytest.approx(one_token, abs=1e-9)
+    assert free.e2e.p50 - colocated.e2e.p50 == pytest.approx(one_token + prefill_pass + 0.005, abs=1e-9)
     moved = 0.002 + 3000 * wl.layout.bytes_per_token / 25e9
     assert wl.layout.bytes_per_token == 131072  # Llama-3.1-8B: 32 layers x 8 KV heads x 128 x 2 x 2 B
     assert link.transfer.p50 == pytest.approx(moved, abs=1e-11)
+    assert link.transfer_wait.p50 == 0
     assert link.ttft.p50 - free.ttft.p50 == pytest.approx(moved, abs=1e-9)
-    assert link.to_dict()["fleet"]["transfer_s"]["p50"] == pytest.approx(moved, abs=1e-11)
+    doc = link.to_dict()["fleet"]
+    assert doc["transfer_s"]["p50"] == pytest.approx(moved, abs=1e-11) and doc["proxy_s"] == 0.005
+
+
+def test_the_prefill_replicas_link_carries_one_transfer_at_a_time(tmp_path):
+    """60 requests of 3,000 tokens at 20/s on one prefill replica over 1 GB/s: each KV (393 MB)
+    holds the link 0.39 s, longer than the 0.05 s between arrivals, so transfers queue behind each
+    other. Every request's transfer is its wait for the link + 0.39 s + the 1 ms latency, and the
+    link's transfers never overlap: the last one ends no earlier than 60 x 0.39 s after the first
+    began."""
+    path = _pd_file(tmp_path, "q.yaml", "{gb_per_s: 1, latency_s: 0.001}", count=60)
+    path.write_text(path.read_text().replace("rate: 0.05", "rate: 20"))
+    result = simulate_fleet(load(path))
+    alone = 3000 * 131072 / 1e9
+    assert result.transfer_wait.p99 > 10 * alone  # the link is the bottleneck
+    assert result.transfer.mean - result.transfer_wait.mean == pytest.approx(alone + 0.001, abs=1e-6)
+
+
+def test_queued_on_links_by_hand():
+    """Two links; on link 0 transfers ready at 0, 1, 10 of 5 ticks each end at 5, 10, 15; on link
+    1 one ready at 2 of 3 ticks ends at 5."""
+    import numpy as np
+
+    from kvplan.fleet.run import queued_on_links
+
+    end = queued_on_links(np.array([0, 2, 1, 10]), np.array([5, 3, 5, 5]), np.array([0, 1, 0, 0]))
+    assert end.tolist() == [5, 5, 10, 15]
 
 
 def test_a_disaggregated_fleet_splits_the_work_by_pool(tmp_path):

@@ -22,7 +22,8 @@ How the replicas run together:
   holds (kvplan/fleet/routers.py).
 
 - with `role: prefill` and `role: decode` groups the fleet is disaggregated: prompts run on the
-  prefill pool, their KV crosses `transfer:`, outputs come from the decode pool (`_disaggregated`).
+  prefill pool, the proxy hands each to the decode pool, its KV crosses the prefill replica's link
+  (`transfer:`, one transfer at a time), outputs come from the decode pool (`_disaggregated`).
 
 Per replica and for the fleet: throughput, TTFT/TPOT/E2E percentiles, prefix hit rate, busy time
 (its span less the time it had nothing to run), the load imbalance max / mean busy time, and the
@@ -58,22 +59,38 @@ class Group:
     role: str = "both"  # "prefill" / "decode": a pool of a disaggregated fleet
 
 
-def transfer_ticks(transfer: Transfer, kv_bytes: np.ndarray, per_unit: int) -> np.ndarray:
-    """Ticks each request's KV takes over the link (gb_per_s 0: no bandwidth limit, the latency alone).
-    A link so slow that a transfer leaves the clock's range (about 53 days) is refused naming
-    `transfer.gb_per_s`: the decode arrivals it would make are not the file's arrivals."""
-    seconds = np.full(len(kv_bytes), transfer.latency_s)
+def transfer_ticks(transfer: Transfer, kv_bytes: np.ndarray, per_unit: int) -> tuple[np.ndarray, int]:
+    """Ticks each request's KV holds the link (bytes / gb_per_s; 0 with gb_per_s 0, no bandwidth
+    limit), and the link's latency in ticks. A link so slow that a transfer leaves the clock's
+    range (about 53 days) is refused naming `transfer.gb_per_s`: the decode arrivals it would make
+    are not the file's arrivals."""
+    seconds = np.zeros(len(kv_bytes))
     if transfer.gb_per_s:
         with np.errstate(all="ignore"):  # an overflow to inf is refused just below
-            seconds += kv_bytes / (transfer.gb_per_s * 1e9)
-    ticks = seconds * per_unit
+            seconds = kv_bytes / (transfer.gb_per_s * 1e9)
+    ticks = (seconds + transfer.latency_s) * per_unit
     if ticks.size and not (np.isfinite(ticks).all() and ticks.max() < MAX_ARRIVAL_TICKS // 2):
         worst = float(kv_bytes.max())
         raise WorkloadError(f"a request's KV ({worst / 2**30:.3g} GiB) would take {seconds.max():.3g} s over "
                             f"{transfer.gb_per_s:g} GB/s, beyond the simulated clock's 53 days; expected a link "
                             f"of at least {2 * worst / 1e9 / (MAX_ARRIVAL_TICKS / per_unit):.2g} GB/s (0: no limit)",
                             field="transfer.gb_per_s")
-    return np.rint(ticks).astype(np.int64)
+    return np.rint(seconds * per_unit).astype(np.int64), int(round(transfer.latency_s * per_unit))
+
+
+def queued_on_links(start: np.ndarray, busy: np.ndarray, link: np.ndarray) -> np.ndarray:
+    """When each request's transfer ends on its link (`link`: the number of the link it crosses),
+    each link carrying one transfer at a time in the order they become ready (`start`), each for
+    its `busy` ticks: end_i = max(start_i, end of the one before) + busy_i, which over a link's
+    sorted requests is C_i + max over j <= i of (start_j - C_(j-1)), C the running sum of busy."""
+    end = np.empty_like(start)
+    order = np.lexsort((start, link))  # by link, then by readiness (ties: by the fleet's number)
+    bounds = np.flatnonzero(np.diff(link[order])) + 1
+    for idx in np.split(order, bounds):
+        if idx.size:
+            c = np.cumsum(busy[idx])
+            end[idx] = c + np.maximum.accumulate(start[idx] - (c - busy[idx]))
+    return end
 
 
 # The requests of a group's own workload while it is built: the fleet's stream replaces them.
@@ -203,7 +220,9 @@ class FleetResult:
     e2e: Stats
     prefix_hit_rate: float | None
     imbalance: float  # max / mean busy time
-    transfer: Stats | None = None  # disaggregated: each request's KV transfer time
+    transfer: Stats | None = None  # disaggregated: each request's KV transfer time (its wait for the link included)
+    transfer_wait: Stats | None = None  # disaggregated: each request's wait for its prefill replica's link
+    proxy_s: float | None = None  # disaggregated: the proxy's share of each request's TTFT and E2E
     roles: list[str] | None = None  # disaggregated: each replica's pool
     overload: Overload | None = None  # the fleet's requests arriving faster than it admits them
 
@@ -221,6 +240,8 @@ class FleetResult:
                       "ttft_s": self.ttft.to_dict(), "tpot_s": self.tpot.to_dict(), "e2e_s": self.e2e.to_dict(),
                       "prefix_hit_rate": self.prefix_hit_rate, "imbalance": self.imbalance,
                       "transfer_s": None if self.transfer is None else self.transfer.to_dict(),
+                      "transfer_wait_s": None if self.transfer_wait is None else self.transfer_wait.to_dict(),
+                      "proxy_s": self.proxy_s,
                       "overload": None if self.overload is None else self.overload.to_dict()},
             "replicas": per,
         }
@@ -279,12 +300,13 @@ def _serve(replicas: list[Replica], router, chunks, total: int = 0, progress=Non
 
 def _by_gid(replicas: list[Replica], n: int) -> dict[str, np.ndarray]:
     """Per request of the fleet (by its number): the columns of the raw run that served it."""
-    keys = ("sent", "arrival", "admitted", "first_token", "finish", "prompt", "output", "frontend")
+    keys = ("sent", "arrival", "admitted", "first_token", "finish", "prompt", "output", "frontend", "replica")
     out = {k: np.full(n, -1, dtype=np.int64) for k in keys}
     for r in replicas:
         if not r.gids:
             continue
         raw, gids = r.state.raw(), np.concatenate(r.gids)
+        out["replica"][gids] = r.index
         for k in ("arrival", "admitted", "first_token", "finish", "prompt", "output"):
             out[k][gids] = getattr(raw, k)
         out["sent"][gids] = raw.arrival if raw.sent is None else raw.sent
@@ -293,14 +315,22 @@ def _by_gid(replicas: list[Replica], n: int) -> dict[str, np.ndarray]:
 
 
 def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, total, progress) -> FleetResult:
-    """Prefill and decode pools, as vLLM's disaggregated serving (NixlConnector) runs them: the
-    router sends each request to a prefill replica, which runs its prompt with one output token
-    (max_tokens 1); its KV (the prompt's, per GPU of the prefill group's layout) then crosses the
-    link, and the request reaches a decode replica (routed by the same policy) when it has: there
-    it is admitted holding all but its last prompt token's KV (the engine's preload), computes that
-    token and samples every output token. The client's TTFT is the decode replica's first token;
-    the transfer time of each request is reported. (The decode side does not push back on
-    prefill: a prefill replica frees a request's blocks when it finishes.)"""
+    """Prefill and decode pools, as vLLM's disaggregated serving (NixlConnector behind its proxy)
+    runs them. The proxy posts each request to a prefill replica (the router's choice) with
+    max_tokens 1: its API server takes it in and the engine runs the prompt with one output token;
+    the prefill server answers the proxy (its API server's pass, `client_frontend`), and the proxy
+    then posts the request to a decode replica, whose engine reads the prompt's KV (per GPU of the
+    prefill group's layout) over the prefill replica's link: the link carries one request's KV at a
+    time, in the order they are ready, each for bytes / gb_per_s, then latency_s
+    (`queued_on_links`). The request reaches the decode replica (routed by the same policy) when its
+    KV has: it is admitted holding all but its last prompt token's KV (the engine's preload),
+    computes that token and samples every output token, which its API server streams. So the
+    client's TTFT = the prefill server's pass (intake, engine to its one token, answer) + the
+    proxy's (`transfer.proxy_s`, counted once between the two calls) + the KV's wait and transfer
+    + the decode server's pass to its first token. Each request's transfer time and its wait for
+    the link are reported. (The decode side does not push back on prefill: a prefill replica frees
+    a request's blocks when it finishes; the decode replica is chosen when the KV has arrived, and
+    its own link is not modelled.)"""
     prefill = [r for r in replicas if r.group.role == "prefill"]
     decode = [r for r in replicas if r.group.role == "decode"]
     outputs: list[np.ndarray] = []
@@ -319,8 +349,9 @@ def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, tot
         if r.gids:
             gids = np.concatenate(r.gids)
             kv_bytes[gids] = p["prompt"][gids] * float(r.group.workload.layout.bytes_per_token)
-    moved = transfer_ticks(transfer, kv_bytes, per_unit)
-    ready = p["finish"] + moved
+    busy, latency = transfer_ticks(transfer, kv_bytes, per_unit)
+    asked = p["finish"] + p["frontend"] + int(round(transfer.proxy_s * per_unit))  # the decode server asked
+    ready = queued_on_links(asked, busy, p["replica"]) + latency
     order = np.argsort(ready, kind="stable")
     output = np.concatenate(outputs) if outputs else np.zeros(0, dtype=np.int64)
 
@@ -344,11 +375,13 @@ def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, tot
     span = (int(d["finish"].max()) - int(sent.min())) / per_unit if n else 0.0
     # the fleet's queueing: a request's wait for a prefill replica, then for a decode replica
     waited = p["admitted"] + (d["admitted"] - d["arrival"])
+    moved = (ready - asked) / per_unit
     return replace(result, completed=n, makespan=span, throughput_rps=n / span if span else 0.0,
                    overload=overload_of(p["arrival"], waited, per_unit),
                    throughput_tps=int(d["output"].sum()) / span if span else 0.0,
                    ttft=Stats.of(ttft), tpot=Stats.of(tpot), e2e=Stats.of(e2e),
-                   transfer=Stats.of(moved / per_unit), roles=[r.group.role for r in replicas])
+                   transfer=Stats.of(moved), transfer_wait=Stats.of((ready - asked - busy - latency) / per_unit),
+                   proxy_s=transfer.proxy_s, roles=[r.group.role for r in replicas])
 
 
 def _undo(values: np.ndarray, order: np.ndarray) -> np.ndarray:

@@ -19,6 +19,8 @@ def fleet_sentence(doc: dict) -> str:
     hit = "" if f["prefix_hit_rate"] is None else f", prefix hit rate {100 * f['prefix_hit_rate']:.1f}%"
     if f.get("transfer_s"):
         hit += f", KV transfer p50/p99 {_ms(f['transfer_s'], 'p50')}/{_ms(f['transfer_s'], 'p99')} ms"
+        if (f.get("transfer_wait_s") or {}).get("p99"):
+            hit += f" (waiting for the link p99 {_ms(f['transfer_wait_s'], 'p99')} ms)"
     return (f"{doc['workload']}: {count(f['replicas'], 'replica')} behind {router['policy']} served {f['completed']:,} "
             f"requests, {f['throughput_rps']:,.2f} requests/s and {f['throughput_tps']:,.0f} output tokens/s; "
             f"TTFT p50/p99 {_ms(f['ttft_s'], 'p50')}/{_ms(f['ttft_s'], 'p99')} ms, TPOT p99 "

@@ -136,7 +136,8 @@ def workload_schema() -> dict:
                                        "allocators": {"type": "array", "items": allocator, "minItems": 1},
                                        "timing": _closed(timing_props)}, ())},
         "transfer": _closed({"gb_per_s": {"type": "number", "minimum": 0, "maximum": MAX_LINK_GB_PER_S},
-                             "latency_s": {"type": "number", "minimum": 0, "maximum": MAX_LINK_LATENCY_S}},
+                             "latency_s": {"type": "number", "minimum": 0, "maximum": MAX_LINK_LATENCY_S},
+                             "proxy_s": {"type": "number", "minimum": 0, "maximum": MAX_LINK_LATENCY_S}},
                             ("gb_per_s",), "experiment fleet, disaggregated: the link the KV moves over"),
         "router": {"description": "experiment fleet: the router (kvplan/fleet/routers.py)", "anyOf": [
             {"enum": list(ROUTER_NAMES)},

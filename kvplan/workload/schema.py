@@ -36,7 +36,7 @@ prefix: {...}                 # shared prompts (read by kvplan/workload/prefixes
 sampling: {...}               # experiment sharing: parallel sampling / beam search groups
 replicas: [{count: 2, gpu: L40S}, ...]  # experiment fleet: replica groups (kvplan/fleet/run.py)
 router: round_robin           # experiment fleet: kvplan/workload/routing.ROUTERS
-transfer: {gb_per_s: 50, latency_s: 0.001}  # experiment fleet, disaggregated: the KV link
+transfer: {gb_per_s: 50, latency_s: 0.001, proxy_s: 0.005}  # experiment fleet, disaggregated: the KV link, the proxy
 ```
 
 The YAML file is one reader of the records in kvplan/workload/spec.py: `read_spec` checks every
@@ -60,8 +60,8 @@ from kvplan.workload.spec import AllocatorSpec
 from kvplan.workload.routing import ROUTER_KEYS, ROUTER_NAMES, RouterSpec
 from kvplan.workload.chunks import MAX_TOKENS
 from kvplan.workload.spec import (
-    BEAM_PARENTS, EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLOTS, MIN_EFFICIENCY, POOL_ENGINES, POOL_KEYS,
-    POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, TIMING_MODELS, TOO_LONG, FleetSpec, GroupSpec, PoolRequest,
+    BEAM_PARENTS, DEFAULT_PROXY_S, EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLOTS, MIN_EFFICIENCY,
+    POOL_ENGINES, POOL_KEYS, POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, TIMING_MODELS, TOO_LONG, FleetSpec, GroupSpec, PoolRequest,
     PrefixSection, PrefixSpec, SamplingSpec, SchedulerSpec, SyntheticRequests, TimingSpec, TraceRequests, Transfer,
     WorkloadSpec,
 )  # fmt: skip
@@ -79,7 +79,7 @@ TRACE_KEYS = ("format", "path", "limit", "time_scale", "repeat", "too_long", "hi
 FORMAT_TRACE_KEYS = {"history": ("sharegpt",), "columns": ("csv",), "timestamp_unit": ("csv",)}  # keys of some formats
 TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms", "profile")
 GROUP_KEYS = ("name", "count", "role", *GROUP_OVERRIDES)
-TRANSFER_KEYS = ("gb_per_s", "latency_s")
+TRANSFER_KEYS = ("gb_per_s", "latency_s", "proxy_s")
 PREFIX_KEYS = ("system_prompts", "system_prompt_len", "popularity", "zipf_a", "turns", "sessions",
                "hash_block_size", "max_prompt_len")
 REPLAY_KEYS = ("max_running", "hold_output")  # experiment: prefix only
@@ -366,7 +366,9 @@ def _fleet(doc: YamlMap, base: Path) -> FleetSpec:
         node = doc.get_map("transfer")
         node.expect_keys(*TRANSFER_KEYS)
         values["transfer"] = _make(node, Transfer, dict(gb_per_s=node.get_float("gb_per_s", ge=0, le=1e6),
-                                                        latency_s=node.get_float("latency_s", 0.0, ge=0, le=60)))
+                                                        latency_s=node.get_float("latency_s", 0.0, ge=0, le=60),
+                                                        proxy_s=node.get_float("proxy_s", DEFAULT_PROXY_S, ge=0,
+                                                                               le=60)))
     return _make(doc, FleetSpec, values)
 
 

@@ -361,18 +361,31 @@ MAX_LINK_GB_PER_S = 1e6  # 1 PB/s: far above any interconnect (NVLink 5 is 1.8 T
 MAX_LINK_LATENCY_S = 60.0  # a minute: far above any network's latency
 
 
+# The proxy of a disaggregated deployment (vLLM's disaggregated-serving proxy, a FastAPI server
+# relaying through httpx): it takes the client's request, posts it to a prefill server with
+# max_tokens 1, waits for that answer, posts it to a decode server and relays its stream. Two
+# relays of a Python HTTP proxy, each about 1-3 ms where measured (a Python forwarding proxy adds
+# 1.3 ms to a local HTTP call, mike820324/microProxy#200; Python LLM proxies 5-15 ms with
+# streaming, arniesaha/agentweave#93): 5 ms, settable as transfer.proxy_s.
+DEFAULT_PROXY_S = 0.005
+
+
 @dataclass(frozen=True, slots=True)
 class Transfer:
     """The link a prefill replica sends a request's KV over: `latency_s` + the KV bytes each GPU
     holds / `gb_per_s` (every GPU of the TP group sends its own shard, all at once; 0: no
-    bandwidth limit)."""
+    bandwidth limit). The link is the prefill replica's own: its transfers cross it one after
+    another, so a request's KV waits while the link carries earlier ones (kvplan/fleet/run.py).
+    `proxy_s`: the proxy's share of every request's TTFT and E2E (DEFAULT_PROXY_S)."""
 
     gb_per_s: float
     latency_s: float = 0.0
+    proxy_s: float = DEFAULT_PROXY_S
 
     def __post_init__(self) -> None:
         check_float(self.gb_per_s, "gb_per_s", ge=0, le=MAX_LINK_GB_PER_S)
         check_float(self.latency_s, "latency_s", ge=0, le=MAX_LINK_LATENCY_S)
+        check_float(self.proxy_s, "proxy_s", ge=0, le=MAX_LINK_LATENCY_S)
 
 
 @dataclass(frozen=True, slots=True)
