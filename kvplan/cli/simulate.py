@@ -20,7 +20,7 @@ def simulate(
     json: JsonOpt = False,
     block_sizes: Annotated[Optional[str], typer.Option(help="Paged block-size sweep: a list (1,2,4,16) or a range of powers of two (1-64).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a chart (.png or .svg; needs matplotlib).")] = None,
-    csv: Annotated[Optional[Path], typer.Option(help="Write one row per request (serve experiments).")] = None,
+    csv: Annotated[Optional[Path], typer.Option(help="Write one row per request (serve and fleet experiments).")] = None,
     rates: Annotated[Optional[str], typer.Option(help="Request-rate sweep, requests/s (serve experiments): 0.5,1,2,4.")] = None,
     latency_bound: Annotated[float, typer.Option(help="Normalized-latency bound (s/token) for the rate sweep.")] = 0.2,
     cache_blocks: Annotated[Optional[str], typer.Option(help="Prefix-cache sizes in blocks to sweep (prefix experiments): 1000,5000,20000.")] = None,
@@ -75,7 +75,7 @@ def simulate(
                 f"the workload it ran\n" + spec_yaml(spec))
         wl = build_flags(spec)
         workload = "the flags"
-    for option, value, allowed in (("--csv", csv, ("serve",)), ("--rates", rates, ("serve",)),
+    for option, value, allowed in (("--csv", csv, ("serve", "fleet")), ("--rates", rates, ("serve",)),
                                    ("--cache-blocks", cache_blocks, ("prefix",)),
                                    ("--block-sizes", block_sizes, ("capacity", "serve")),
                                    ("--plot", plot, ("capacity", "serve", "prefix", "fleet"))):
@@ -87,6 +87,10 @@ def simulate(
 
         simulate_serve(wl, json=json, plot=plot, csv=csv, rates=options["rates"],
                        latency_bound=latency_bound, block_sizes=options["block_sizes"])
+    elif wl.experiment == "fleet":
+        from kvplan.cli.fleet import simulate_fleet_run
+
+        simulate_fleet_run(wl, json=json, plot=plot, csv=csv)
     else:
         _simulate_document(wl, json, plot, options)
 
@@ -130,7 +134,8 @@ def _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks
 
 
 def _simulate_document(wl, as_json: bool, plot: Optional[Path], options: dict) -> None:
-    """Capacity, prefix and sharing experiments: one document, then a table or JSON, and a chart."""
+    """Capacity, prefix and sharing experiments: one document, then a table or JSON, and a chart
+    (serve and fleet runs have their own, kvplan/cli/serve.py and kvplan/cli/fleet.py)."""
     from kvplan.experiments import document
     from kvplan.report.files import atomic_write
     from kvplan.report.output import emit_json
@@ -143,8 +148,6 @@ def _simulate_document(wl, as_json: bool, plot: Optional[Path], options: dict) -
                        progress=bar.report)
     if wl.experiment == "capacity":
         from kvplan.report.capacity_view import plot_capacity as draw, render_capacity as render
-    elif wl.experiment == "fleet":
-        from kvplan.report.fleet_view import plot_fleet as draw, render_fleet as render
     elif wl.experiment == "prefix":
         from kvplan.report.prefix_view import plot_prefix as draw, render_prefix as render
     else:

@@ -32,7 +32,7 @@ KV transfer times of a disaggregated fleet.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from kvplan.sim.inputs import ChunkPreparer, SimSetup, make_setup
 from kvplan.sim.timing import MAX_ARRIVAL_TICKS
 from kvplan.sim.metrics import ServeResult, Stats, build_result, client_frontend, latency_arrays
 from kvplan.sim.overload import Overload, overload_of
+from kvplan.sim.slo import goodput, per_request_tpot, within
 from kvplan.workload.distributions import Fixed, Lengths
 from kvplan.workload.records import Workload
 from kvplan.workload.chunks import RequestChunk
@@ -223,6 +224,8 @@ class FleetResult:
     transfer: Stats | None = None  # disaggregated: each request's KV transfer time (its wait for the link included)
     transfer_wait: Stats | None = None  # disaggregated: each request's wait for its prefill replica's link
     proxy_s: float | None = None  # disaggregated: the proxy's share of each request's TTFT and E2E
+    goodput: dict | None = None  # with an `slo:`, the fleet's requests within it (kvplan/sim/slo.goodput)
+    requests: dict | None = field(default=None, compare=False, repr=False)  # with record: REQUEST_COLUMNS
     roles: list[str] | None = None  # disaggregated: each replica's pool
     overload: Overload | None = None  # the fleet's requests arriving faster than it admits them
 
@@ -242,33 +245,71 @@ class FleetResult:
                       "transfer_s": None if self.transfer is None else self.transfer.to_dict(),
                       "transfer_wait_s": None if self.transfer_wait is None else self.transfer_wait.to_dict(),
                       "proxy_s": self.proxy_s,
-                      "overload": None if self.overload is None else self.overload.to_dict()},
+                      "overload": None if self.overload is None else self.overload.to_dict(),
+                      **({} if self.goodput is None else {"goodput": self.goodput})},
             "replicas": per,
         }
 
 
-def simulate_fleet(workload: Workload, *, progress=None) -> FleetResult:
-    """Route the workload's requests over its replicas and serve them (see the module docstring)."""
+def simulate_fleet(workload: Workload, *, progress=None, record: bool = False) -> FleetResult:
+    """Route the workload's requests over its replicas and serve them (see the module docstring).
+    `record`: keep one row per request (FleetResult.requests, for `--csv`)."""
     from kvplan.workload.prefixes import request_stream
 
     fleet = workload.spec.fleet
     return run_fleet(read_groups(workload), fleet.router, request_stream(workload), workload.seed,
-                     total=workload.num_requests, progress=progress, transfer=fleet.transfer)
+                     total=workload.num_requests, progress=progress, transfer=fleet.transfer,
+                     slo=workload.spec.slo, record=record)
 
 
 def run_fleet(groups: list[Group], spec: RouterSpec, chunks, seed: int = 0, *, total: int = 0,
-              progress=None, transfer: Transfer | None = None) -> FleetResult:
+              progress=None, transfer: Transfer | None = None, slo=None, record: bool = False) -> FleetResult:
     """The requests of `chunks` (RequestChunks in arrival order, prefixes applied) over the
     replicas of `groups` behind the router `spec`; with prefill and decode groups, disaggregated
-    (`_disaggregated`)."""
+    (`_disaggregated`). `slo`: the limits its goodput counts against (a SloSpec); `record`: one
+    row per request in the result."""
     replicas: list[Replica] = []
     for g in groups:
         setup = make_setup(g.workload, g.workload.allocators[0])
-        replicas += [Replica(len(replicas), g, setup) for _ in range(g.count)]
+        replicas += [Replica(len(replicas) + k, g, setup) for k in range(g.count)]
     if any(g.role != "both" for g in groups):
-        return _disaggregated(groups, spec, chunks, seed, replicas, transfer or Transfer(0.0, 0.0), total, progress)
+        return _disaggregated(groups, spec, chunks, seed, replicas, transfer or Transfer(0.0, 0.0), total, progress,
+                              slo, record)
     _serve(replicas, make_router(spec, replicas, seed), chunks, total, progress)
-    return _result(spec, groups, replicas)
+    result = _result(spec, groups, replicas, slo)
+    if slo is not None:
+        met = sum(r.goodput["requests"] for r in result.replicas)
+        n = result.completed
+        result = replace(result, goodput={**slo.to_dict(), "share": met / n if n else 1.0, "requests": met,
+                                          "rps": met / result.makespan if result.makespan else 0.0})
+    if record:
+        cols = _by_gid(replicas, sum(r.routed for r in replicas))
+        result = replace(result, requests=_rows(cols, cols, cols["sent"], cols["admitted"] - cols["sent"],
+                                                replicas[0].setup.clock.ticks_per_unit, slo))
+    return result
+
+
+REQUEST_COLUMNS = ("replica", "prefill_replica", "transfer_s", "transfer_wait_s", "sent_s", "prompt", "output",
+                   "cached_tokens", "preemptions", "queue_s", "ttft_s", "tpot_s", "e2e_s", "within_slo")
+
+
+def _rows(served: dict, first: dict, sent: np.ndarray, queued: np.ndarray, per_unit: int, slo,
+          moved: tuple | None = None) -> dict[str, np.ndarray]:
+    """One row per request of the fleet (by its number), columns of REQUEST_COLUMNS, times in
+    seconds: `served`, the columns (`_by_gid`) of the replicas that streamed the answer; `first`,
+    of the replicas that took it in (the prefill pool, or `served` again); `queued`, ticks it
+    waited for admission; `moved`, a disaggregated fleet's (transfer, wait for the link) ticks."""
+    ttft = (served["first_token"] - sent + served["frontend"]) / per_unit
+    e2e = (served["finish"] - sent + served["frontend"]) / per_unit
+    tpot = per_request_tpot(served["first_token"] / per_unit, served["finish"] / per_unit, served["output"])
+    rows = {"replica": served["replica"], "sent_s": sent / per_unit, "prompt": first["prompt"],
+            "output": served["output"], "cached_tokens": first["cached"], "preemptions": served["preemptions"],
+            "queue_s": queued / per_unit, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}
+    if moved is not None:
+        rows.update(prefill_replica=first["replica"], transfer_s=moved[0] / per_unit, transfer_wait_s=moved[1] / per_unit)
+    if slo is not None:
+        rows["within_slo"] = within(slo, ttft, tpot, e2e).astype(np.int64)
+    return {k: rows[k] for k in REQUEST_COLUMNS if k in rows}
 
 
 def _serve(replicas: list[Replica], router, chunks, total: int = 0, progress=None) -> None:
@@ -300,21 +341,24 @@ def _serve(replicas: list[Replica], router, chunks, total: int = 0, progress=Non
 
 def _by_gid(replicas: list[Replica], n: int) -> dict[str, np.ndarray]:
     """Per request of the fleet (by its number): the columns of the raw run that served it."""
-    keys = ("sent", "arrival", "admitted", "first_token", "finish", "prompt", "output", "frontend", "replica")
+    keys = ("sent", "arrival", "admitted", "first_token", "finish", "prompt", "output", "frontend", "replica",
+            "preemptions", "cached")
     out = {k: np.full(n, -1, dtype=np.int64) for k in keys}
     for r in replicas:
         if not r.gids:
             continue
         raw, gids = r.state.raw(), np.concatenate(r.gids)
         out["replica"][gids] = r.index
-        for k in ("arrival", "admitted", "first_token", "finish", "prompt", "output"):
+        out["cached"][gids] = 0 if raw.hit_tokens is None else raw.hit_tokens
+        for k in ("arrival", "admitted", "first_token", "finish", "prompt", "output", "preemptions"):
             out[k][gids] = getattr(raw, k)
         out["sent"][gids] = raw.arrival if raw.sent is None else raw.sent
         out["frontend"][gids] = client_frontend(raw, r.setup.clock)  # its API server's share
     return out
 
 
-def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, total, progress) -> FleetResult:
+def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, total, progress, slo=None,
+                   record: bool = False) -> FleetResult:
     """Prefill and decode pools, as vLLM's disaggregated serving (NixlConnector behind its proxy)
     runs them. The proxy posts each request to a prefill replica (the router's choice) with
     max_tokens 1: its API server takes it in and the engine runs the prompt with one output token;
@@ -375,13 +419,16 @@ def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, tot
     span = (int(d["finish"].max()) - int(sent.min())) / per_unit if n else 0.0
     # the fleet's queueing: a request's wait for a prefill replica, then for a decode replica
     waited = p["admitted"] + (d["admitted"] - d["arrival"])
-    moved = (ready - asked) / per_unit
+    moved, wait = ready - asked, ready - asked - busy - latency
+    rows = _rows(d, p, sent, waited, per_unit, slo, (moved, wait)) if record or slo is not None else None
+    met = None if slo is None else goodput(slo, rows["within_slo"].astype(bool), span)
     return replace(result, completed=n, makespan=span, throughput_rps=n / span if span else 0.0,
                    overload=overload_of(p["arrival"], waited, per_unit),
                    throughput_tps=int(d["output"].sum()) / span if span else 0.0,
                    ttft=Stats.of(ttft), tpot=Stats.of(tpot), e2e=Stats.of(e2e),
-                   transfer=Stats.of(moved), transfer_wait=Stats.of((ready - asked - busy - latency) / per_unit),
-                   proxy_s=transfer.proxy_s, roles=[r.group.role for r in replicas])
+                   transfer=Stats.of(moved / per_unit), transfer_wait=Stats.of(wait / per_unit),
+                   proxy_s=transfer.proxy_s, roles=[r.group.role for r in replicas], goodput=met,
+                   requests=rows if record else None)
 
 
 def _undo(values: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -392,7 +439,8 @@ def _undo(values: np.ndarray, order: np.ndarray) -> np.ndarray:
     return out
 
 
-def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica]) -> FleetResult:
+def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica], slo=None) -> FleetResult:
+    """The fleet's result from its replicas' runs (each replica's goodput with `slo`)."""
     results, arrays, hits, queries, out = [], [], 0, 0, 0
     n = sum(r.routed for r in replicas)
     arrival, admitted = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)  # by the fleet's number
@@ -402,7 +450,7 @@ def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica]) -> F
             gids = np.concatenate(r.gids)
             arrival[gids], admitted[gids] = raw.arrival, raw.admitted
         out += int(raw.output.sum())
-        results.append(build_result(raw, r.setup))
+        results.append(build_result(raw, r.setup, slo=slo))
         arrays.append(latency_arrays(raw, r.setup.clock.ticks_per_unit, client_frontend(raw, r.setup.clock)))
         if raw.prefix is not None:
             hits, queries = hits + raw.prefix.hit_tokens, queries + raw.prefix.query_tokens
@@ -428,10 +476,12 @@ def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica]) -> F
     )  # fmt: skip
 
 
-def fleet_document(workload: Workload, *, progress=None) -> dict:
-    result = simulate_fleet(workload, progress=progress)
+def fleet_document(workload: Workload, *, progress=None, result: FleetResult | None = None) -> dict:
+    """What `kvplan simulate --json` prints for a fleet (`result`: the run made already)."""
+    result = simulate_fleet(workload, progress=progress) if result is None else result
     return {"workload": workload.name, "experiment": "fleet", "num_requests": workload.num_requests,
             "time_unit": "s", **result.to_dict()}
 
 
-__all__ = ["FleetResult", "Group", "fleet_document", "run_fleet", "simulate_fleet"]
+__all__ = ["FleetResult", "Group", "REQUEST_COLUMNS", "fleet_document", "queued_on_links", "run_fleet",
+           "simulate_fleet"]

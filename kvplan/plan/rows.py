@@ -46,21 +46,19 @@ class Targets:
 
 
 def attainment(targets: Targets, result, frontend_s: float = 0.0) -> float:
-    """The share of a run's requests within every limit of `targets` (needs its request records)."""
-    import numpy as np
+    """The share of a run's requests within every limit of `targets` (needs its request records),
+    counted as a workload's `slo:` is (kvplan/sim/slo.within)."""
+    from kvplan.sim.slo import per_request_tpot, within
+    from kvplan.workload.spec import SloSpec
 
     cols = result.requests.columns
     arrival, first, finish, out = cols["arrival"], cols["first_token"], cols["finish"], cols["output"]
+    if not len(out) or (targets.ttft_p99 is None and targets.tpot_p99 is None and targets.e2e_p99 is None):
+        return 1.0
     frontend_s = cols.get("frontend", frontend_s)  # per request where the API server streams at a cost
-    ok = np.ones(len(out), dtype=bool)
-    if targets.ttft_p99 is not None:
-        ok &= (first < 0) | (first - arrival + frontend_s <= targets.ttft_p99)
-    if targets.e2e_p99 is not None:
-        ok &= finish - arrival + frontend_s <= targets.e2e_p99
-    if targets.tpot_p99 is not None:
-        many = out > 1
-        ok[many] &= (finish[many] - first[many]) / (out[many] - 1) <= targets.tpot_p99
-    return float(ok.mean()) if len(ok) else 1.0
+    ok = within(SloSpec(targets.ttft_p99, targets.tpot_p99, targets.e2e_p99), first - arrival + frontend_s,
+                per_request_tpot(first, finish, out), finish - arrival + frontend_s)
+    return float(ok.mean())
 
 
 @dataclass(frozen=True, slots=True)

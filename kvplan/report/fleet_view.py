@@ -6,7 +6,8 @@ from pathlib import Path
 
 from kvplan.report.output import console, print_table
 from kvplan.report.overload import print_fleet_overload
-from kvplan.text import count, plot_label, printable, terminal
+from kvplan.report.serve_view import goodput_words
+from kvplan.text import count, csv_cell, plot_label, printable, terminal
 
 
 def _ms(stats: dict, key: str) -> str:
@@ -21,11 +22,15 @@ def fleet_sentence(doc: dict) -> str:
         hit += f", KV transfer p50/p99 {_ms(f['transfer_s'], 'p50')}/{_ms(f['transfer_s'], 'p99')} ms"
         if (f.get("transfer_wait_s") or {}).get("p99"):
             hit += f" (waiting for the link p99 {_ms(f['transfer_wait_s'], 'p99')} ms)"
+    good = f.get("goodput")
+    if good is not None:
+        hit += f"; {goodput_words(good)}"
     return (f"{doc['workload']}: {count(f['replicas'], 'replica')} behind {router['policy']} served {f['completed']:,} "
             f"requests, {f['throughput_rps']:,.2f} requests/s and {f['throughput_tps']:,.0f} output tokens/s; "
             f"TTFT p50/p99 {_ms(f['ttft_s'], 'p50')}/{_ms(f['ttft_s'], 'p99')} ms, TPOT p99 "
             f"{_ms(f['tpot_s'], 'p99')} ms, E2E p99 {f['e2e_s']['p99'] or 0:,.2f} s{hit}; "
             f"load imbalance (max/mean busy time) {f['imbalance']:.2f}.")
+
 
 
 def render_fleet(doc: dict, top: int = 64) -> None:
@@ -47,6 +52,37 @@ def render_fleet(doc: dict, top: int = 64) -> None:
     if len(doc["replicas"]) > top:
         out.print(f"[dim]({len(doc['replicas']) - top} more replicas in --json)[/dim]")
     print_fleet_overload(out, doc)
+
+
+def write_fleet_csv(result, path: Path) -> None:
+    """One row per request of the fleet (request = its number in arrival order): the replica that
+    streamed its answer and its group (and, disaggregated, the prefill replica and group, the KV
+    transfer and its wait for the link), its lengths, queueing and client latencies in seconds,
+    and with an `slo:` whether it met it (1/0). Streamed by chunks."""
+    import csv
+
+    rows, groups = result.requests, result.replica_groups
+    names = list(rows)
+    header = ["request"]
+    for name in names:
+        header.append(name)
+        if name in ("replica", "prefill_replica"):
+            header.append(name.replace("replica", "group"))
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        n = len(rows["replica"])
+        for begin in range(0, n, 65_536):
+            cols = [rows[k][begin:begin + 65_536].tolist() for k in names]
+            for i, values in enumerate(zip(*cols)):
+                row = [begin + i]
+                for name, v in zip(names, values):
+                    if isinstance(v, float) and v != v:  # NaN: a TPOT of one output token
+                        v = ""
+                    row.append(v)
+                    if name in ("replica", "prefill_replica"):
+                        row.append(csv_cell(groups[v]))
+                writer.writerow(row)
 
 
 def plot_fleet(doc: dict, path: str | Path) -> None:

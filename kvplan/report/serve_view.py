@@ -59,11 +59,22 @@ def render_serve(doc: dict) -> None:
         print_table(out, _prefix_table(cached))
     if doc.get("rate_sweep"):
         print_table(out, _sweep_table(doc["rate_sweep"], unit))
+    for r in doc["results"]:
+        if r.get("goodput") is not None:
+            out.print(f"{terminal(r['label'])}: {goodput_words(r['goodput'])}.", markup=False)
     print_overload(out, [(r["label"], r.get("overload")) for r in doc["results"]], unit)
     clipped = doc["results"][0].get("clipped", 0) if doc["results"] else 0
     if clipped:
         noun = "request was" if clipped == 1 else "requests were"
         out.print(f"[dim]note: {clipped:,} {noun} clipped to max_model_len.[/dim]")
+
+
+def goodput_words(good: dict) -> str:
+    """'goodput 12.3 requests/s (93.1% within TTFT 2 s, TPOT 25 ms)'."""
+    limits = [f"{name} {v:g} s" if v >= 1 else f"{name} {1e3 * v:g} ms"
+              for name, v in (("TTFT", good["ttft_s"]), ("TPOT", good["tpot_s"]), ("E2E", good["e2e_s"]))
+              if v is not None]
+    return f"goodput {good['rps']:,.2f} requests/s ({100 * good['share']:.1f}% within {', '.join(limits)})"
 
 
 def _prefix_table(results: list[dict]):

@@ -290,6 +290,7 @@ def simulate(workload: Workload, allocator: AllocatorSpec, *,
     (a search that needs only a verdict stops once it is certain).
     """
     setup = make_setup(workload, allocator) if setup is None else setup
+    slo = slo_of(workload, setup)
     state = KernelState(setup, timeline_points)
     for chunk in prepared_chunks(workload, setup):
         state.load(chunk)
@@ -297,7 +298,17 @@ def simulate(workload: Workload, allocator: AllocatorSpec, *,
         if stop is not None and stop(state):
             return None
     state.run(final=True, progress=progress)
-    return build_result(state.raw(), setup, record_requests=record_requests)
+    return build_result(state.raw(), setup, record_requests=record_requests, slo=slo)
+
+
+def slo_of(workload: Workload, setup: SimSetup):
+    """The workload's `slo:` (None without one); its limits are seconds, so it needs a run timed
+    in seconds (a gpu), or it is refused naming `slo`."""
+    slo = workload.spec.slo if workload.spec is not None else None
+    if slo is not None and setup.clock.unit != "s":
+        raise WorkloadError("limits in seconds need a run timed in seconds: give the workload a gpu",
+                            field="slo")
+    return slo
 
 
 def simulate_all(workload: Workload, *, progress_for: Callable[[int], Callable | None] = lambda i: None,

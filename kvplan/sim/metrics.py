@@ -32,6 +32,7 @@ from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.model.step_time import STREAM_BUSY_CAP
 from kvplan.sim.inputs import SimSetup
 from kvplan.sim.overload import Overload, overload_of
+from kvplan.sim.slo import goodput, per_request_tpot, within
 
 INTEGRALS = ("time", "running", "tokens", "allocated", "final", "external")
 TIMELINE_FIELDS = ("time", "running", "waiting", "token_states", "reserved", "internal",
@@ -170,6 +171,7 @@ class ServeResult:
     requests: RequestRecords | None = None
     prefix: PrefixCacheStats | None = None  # None: prefix caching off
     overload: Overload | None = None  # arrivals faster than admissions (kvplan/sim/overload.py)
+    goodput: dict | None = None  # with an `slo:`, the requests within it (kvplan/sim/slo.goodput)
 
     @property
     def wasted_slots(self) -> float:
@@ -196,6 +198,7 @@ class ServeResult:
             "prefix_caching": self.prefix is not None,
             "prefix_cache": prefix_cache_dict(self.prefix) if self.prefix is not None else None,
             "overload": self.overload.to_dict() if self.overload is not None else None,
+            **({} if self.goodput is None else {"goodput": self.goodput}),
         }  # fmt: skip
 
 
@@ -281,8 +284,18 @@ def check_possible(raw: RawRun) -> None:
                             f"{finish[i]} ticks); please report it with this workload")
 
 
-def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False) -> ServeResult:
-    """Every reported number of one run, from its integers (checked by check_possible first)."""
+def client_latencies(raw: RawRun, per_unit: int, frontend: int | np.ndarray) -> dict[str, np.ndarray]:
+    """Per request, in the raw run's order and the run's unit: TTFT, TPOT (NaN for one output
+    token) and E2E as a client measures them (`frontend`: client_frontend)."""
+    sent = raw.arrival if raw.sent is None else raw.sent
+    return {"ttft": (raw.first_token - sent + frontend) / per_unit,
+            "tpot": per_request_tpot(raw.first_token / per_unit, raw.finish / per_unit, raw.output),
+            "e2e": (raw.finish - sent + frontend) / per_unit}
+
+
+def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False, slo=None) -> ServeResult:
+    """Every reported number of one run, from its integers (checked by check_possible first);
+    with `slo` (kvplan/workload/spec.SloSpec), its goodput."""
     check_possible(raw)
     per_unit = setup.clock.ticks_per_unit
     span = raw.integrals["time"]
@@ -322,4 +335,6 @@ def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False)
         requests=records,
         prefix=raw.prefix,
         overload=overload_of(raw.arrival, raw.admitted, per_unit),
+        goodput=None if slo is None else goodput(slo, within(slo, **client_latencies(raw, per_unit, frontend)),
+                                                 makespan),
     )  # fmt: skip

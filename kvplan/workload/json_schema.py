@@ -11,7 +11,7 @@ from __future__ import annotations
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
 from kvplan.workload import distributions as D
 from kvplan.workload import schema as S
-from kvplan.workload.spec import MAX_LINK_GB_PER_S, MAX_LINK_LATENCY_S
+from kvplan.workload.spec import MAX_LINK_GB_PER_S, MAX_LINK_LATENCY_S, MAX_SLO_S, SLO_KEYS
 from kvplan.workload.routing import ROUTER_NAMES
 from kvplan.workload.traces import TRACE_FORMATS
 from kvplan.workload.traces.columns import COLUMN_KEYS, MAX_COLUMN_NAME, TIMESTAMP_UNITS
@@ -144,6 +144,9 @@ def workload_schema() -> dict:
             _closed({"policy": {"enum": list(ROUTER_NAMES)},
                      "sync_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
                      "overlap_weight": {"type": "number", "minimum": 0, "maximum": 1000}}, ())]},
+        "slo": {**_closed({k: {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SLO_S} for k in SLO_KEYS}, (),
+                          "experiments serve and fleet: the per-request limits goodput counts against"),
+                "minProperties": 1},
     }
     assert set(top) == set(S.TOP_KEYS)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -60,17 +60,17 @@ from kvplan.workload.spec import AllocatorSpec
 from kvplan.workload.routing import ROUTER_KEYS, ROUTER_NAMES, RouterSpec
 from kvplan.workload.chunks import MAX_TOKENS
 from kvplan.workload.spec import (
-    BEAM_PARENTS, DEFAULT_PROXY_S, EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLOTS, MIN_EFFICIENCY,
-    POOL_ENGINES, POOL_KEYS, POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, TIMING_MODELS, TOO_LONG, FleetSpec, GroupSpec, PoolRequest,
-    PrefixSection, PrefixSpec, SamplingSpec, SchedulerSpec, SyntheticRequests, TimingSpec, TraceRequests, Transfer,
-    WorkloadSpec,
+    BEAM_PARENTS, DEFAULT_PROXY_S, EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLO_S, MAX_SLOTS,
+    MIN_EFFICIENCY, POOL_ENGINES, POOL_KEYS, POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, SLO_KEYS, TIMING_MODELS,
+    TOO_LONG, FleetSpec, GroupSpec, PoolRequest, PrefixSection, PrefixSpec, SamplingSpec, SchedulerSpec, SloSpec,
+    SyntheticRequests, TimingSpec, TraceRequests, Transfer, WorkloadSpec,
 )  # fmt: skip
 from kvplan.workload.traces import TRACE_FORMATS
 from kvplan.workload.traces.columns import COLUMN_KEYS, TIMESTAMP_UNITS, TraceColumns
 from kvplan.workload.yaml_nodes import YamlList, YamlMap, YamlNode, as_int, as_map, load_yaml
 
 TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "pool", "requests",
-            "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router", "transfer")  # fmt: skip
+            "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router", "transfer", "slo")  # fmt: skip
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
                   "swap_space", "swap_slots", "null_block", "prefix_caching",
                   "hybrid_kv_cache_manager")
@@ -119,6 +119,8 @@ def read_spec(path: str | Path, *, seed: int | None = None) -> WorkloadSpec:
     for key in ("replicas", "router", "transfer"):
         if key in doc and experiment != "fleet":
             raise doc.node(key).error(f"applies to experiment: fleet, and this is experiment: {experiment}")
+    if "slo" in doc and experiment not in ("serve", "fleet"):
+        raise doc.node("slo").error(f"applies to experiments serve and fleet, and this is experiment: {experiment}")
     values = dict(
         name=doc.get_str("name", path.stem),
         seed=doc.get_int("seed", 0, ge=0) if seed is None else seed,
@@ -134,6 +136,7 @@ def read_spec(path: str | Path, *, seed: int | None = None) -> WorkloadSpec:
         prefix=_prefix(doc.get_map("prefix"), experiment) if "prefix" in doc else None,
         sampling=_sampling(doc.get_map("sampling")) if "sampling" in doc else None,
         fleet=_fleet(doc, base) if "replicas" in doc else None,
+        slo=_slo(doc.get_map("slo")) if "slo" in doc else None,
         path=str(path), locate=Locator(doc),
     )
     if "allocators" in doc:
@@ -334,6 +337,12 @@ def _sampling(node: YamlMap) -> SamplingSpec:
     if "widths" in node:
         values["widths"] = tuple(as_int(w, ge=1, le=64) for w in node.get_list("widths"))
     return _make(node, SamplingSpec, values)
+
+
+def _slo(node: YamlMap) -> SloSpec:
+    """`slo: {ttft_s, tpot_s, e2e_s}`: the limits goodput counts against (at least one)."""
+    node.expect_keys(*SLO_KEYS)
+    return _make(node, SloSpec, {key: node.get_float(key, None, gt=0, le=MAX_SLO_S) for key in SLO_KEYS})
 
 
 def _fleet(doc: YamlMap, base: Path) -> FleetSpec:

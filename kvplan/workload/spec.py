@@ -421,6 +421,33 @@ class FleetSpec:
         return any(g.role != "both" for g in self.groups)
 
 
+# ---- service-level objectives ------------------------------------------------------------------
+
+
+SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
+MAX_SLO_S = 1e6  # about 12 days: far above any latency target
+
+
+@dataclass(frozen=True, slots=True)
+class SloSpec:
+    """`slo:` of a serve or fleet file: per-request latency limits in seconds (None: no limit), at
+    least one. A request counts toward goodput when its TTFT, its TPOT and its E2E are each
+    within the limit given, all at once (DistServe's SLO attainment; vLLM's benchmark --goodput)."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for key in SLO_KEYS:
+            check_float(getattr(self, key), key, gt=0, le=MAX_SLO_S, optional=True)
+        if all(getattr(self, key) is None for key in SLO_KEYS):
+            raise _fail("slo", f"expected at least one limit of {', '.join(SLO_KEYS)}")
+
+    def to_dict(self) -> dict:
+        return {key: getattr(self, key) for key in SLO_KEYS}
+
+
 # ---- the workload --------------------------------------------------------------------------
 
 
@@ -448,6 +475,7 @@ class WorkloadSpec:
     fleet: FleetSpec | None = None
     prefix: PrefixSection | None = None
     sampling: SamplingSpec | None = None
+    slo: SloSpec | None = None  # serve and fleet: the limits goodput counts against
     path: str = ""
     locate: Locate | None = field(default=None, compare=False, repr=False)
 

@@ -109,4 +109,6 @@ def spec_yaml(spec: WorkloadSpec) -> str:
                if v != getattr(TimingSpec(), k)]
     if changed:
         lines.append(f"timing: {_flow((k, v if isinstance(v, str) else _scalar(v)) for k, v in changed)}")
+    if spec.slo is not None:
+        lines.append(f"slo: {_flow((k, _scalar(v)) for k, v in spec.slo.to_dict().items() if v is not None)}")
     return "\n".join(lines) + "\n"
