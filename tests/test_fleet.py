@@ -286,3 +286,20 @@ def test_transfer_on_a_colocated_fleet_is_refused(tmp_path, run_cli):
     path = fleet_file(tmp_path, POISSON, extra="transfer: {gb_per_s: 25}\n")
     code, out, err = run_cli("simulate", str(path))
     assert code == 2 and "transfer" in err and "prefill" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_max_model_len_above_the_context_follows_vllms_override(tmp_path, run_cli):
+    """vLLM refuses a max_model_len above the model's context unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1:
+    without scheduler.allow_long_max_model_len the file is one line naming the key; with it the
+    replicas serve 150,000-token prompts past Llama-3.1's 131,072, none clipped."""
+    body = (f"name: long\nexperiment: fleet\nmodel: {MODEL}\ngpu: H100-80GB\npool: {{{{gpu_memory_utilization: 0.9}}}}\n"
+            "scheduler: {{max_model_len: 200000{allow}}}\nrequests:\n  count: 6\n  prompt: {{dist: fixed, value: 150000}}\n"
+            "  output: {{dist: fixed, value: 4}}\n  arrival: {{process: poisson, rate: 0.2}}\nreplicas:\n  - {{count: 2}}\n")
+    path = tmp_path / "long.yaml"
+    path.write_text(body.format(allow=""))
+    code, out, err = run_cli("simulate", str(path))
+    assert code == 2 and "allow_long_max_model_len" in err and "131072" in err, err
+    path.write_text(body.format(allow=", allow_long_max_model_len: true"))
+    doc = simulate_fleet(load(path)).to_dict()
+    assert doc["fleet"]["completed"] == 6
+    assert all(r["clipped"] == 0 for r in doc["replicas"])

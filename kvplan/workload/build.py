@@ -125,8 +125,10 @@ def _scheduler(spec: WorkloadSpec, layout, bytes_per_slot, gpu=None) -> Schedule
     s = spec.scheduler
     limit = layout.max_context if layout is not None else None
     mml = s.max_model_len if s.max_model_len is not None else (limit or DEFAULT_MAX_MODEL_LEN)
-    if limit is not None and mml > limit:
-        raise _fail("scheduler.max_model_len", f"{mml} is above the model's context of {limit}")
+    if limit is not None and mml > limit and not s.allow_long_max_model_len:
+        raise _fail("scheduler.max_model_len", f"{mml} is above the model's context of {limit}, which vLLM refuses "
+                                               "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (here "
+                                               "scheduler.allow_long_max_model_len: true)")
     default_tokens, default_seqs = DEFAULT_BATCH
     if gpu is not None:
         default_tokens, default_seqs = default_batch(getattr(gpu, "name", ""), getattr(gpu, "cuda_memory_bytes", 0)

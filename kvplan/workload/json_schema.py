@@ -110,7 +110,8 @@ def workload_schema() -> dict:
                        "swap_space": SIZE, "swap_slots": {"type": "integer", "minimum": 0},
                        "null_block": {"type": "boolean"},
                        "prefix_caching": {"type": "boolean"},
-                       "hybrid_kv_cache_manager": {"type": "boolean"}}
+                       "hybrid_kv_cache_manager": {"type": "boolean"},
+                       "allow_long_max_model_len": {"type": "boolean"}}
     timing_props = {"model": {"enum": ["physical", "roofline"]},
                     "bandwidth_efficiency": {"type": "number", "minimum": 0.01, "maximum": 1},
                     "flops_efficiency": {"type": "number", "minimum": 0.01, "maximum": 1},

@@ -73,7 +73,7 @@ TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "poo
             "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router", "transfer", "slo")  # fmt: skip
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
                   "swap_space", "swap_slots", "null_block", "prefix_caching",
-                  "hybrid_kv_cache_manager")
+                  "hybrid_kv_cache_manager", "allow_long_max_model_len")
 REQUEST_KEYS = ("count", "prompt", "output", "arrival")
 TRACE_KEYS = ("format", "path", "limit", "time_scale", "repeat", "too_long", "history", "columns", "timestamp_unit")
 FORMAT_TRACE_KEYS = {"history": ("sharegpt",), "columns": ("csv",), "timestamp_unit": ("csv",)}  # keys of some formats
@@ -217,7 +217,7 @@ def _scheduler(node: YamlMap | None) -> SchedulerSpec:
         values["swap_space"] = node.get_size("swap_space", ge=0)
     if "swap_slots" in node:
         values["swap_slots"] = node.get_int("swap_slots", ge=0, le=MAX_SLOTS)
-    for key in ("chunked_prefill", "null_block", "prefix_caching", "hybrid_kv_cache_manager"):
+    for key in ("chunked_prefill", "null_block", "prefix_caching", "hybrid_kv_cache_manager", "allow_long_max_model_len"):
         if key in node:
             values[key] = node.get_bool(key)
     return _make(node, SchedulerSpec, values)

@@ -124,12 +124,14 @@ class SchedulerSpec:
     null_block: bool = True
     prefix_caching: bool = True
     hybrid_kv_cache_manager: bool = True
+    allow_long_max_model_len: bool = False  # vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: max_model_len may pass the context
 
     def __post_init__(self) -> None:
         check_int(self.max_num_seqs, "max_num_seqs", ge=1, le=2**20, optional=True)
         check_int(self.max_num_batched_tokens, "max_num_batched_tokens", ge=1, le=2**31, optional=True)
         check_int(self.max_model_len, "max_model_len", ge=1, le=2**31, optional=True)
-        for name in ("chunked_prefill", "null_block", "prefix_caching", "hybrid_kv_cache_manager"):
+        for name in ("chunked_prefill", "null_block", "prefix_caching", "hybrid_kv_cache_manager",
+                     "allow_long_max_model_len"):
             check_bool(getattr(self, name), name)
         check_choice(self.preemption, PREEMPTIONS, "preemption")
         check_int(self.swap_space, "swap_space", ge=0, optional=True)
