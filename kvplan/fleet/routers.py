@@ -1,7 +1,8 @@
 """The routers of a fleet (`router:` in a fleet file; kvplan/fleet/run.py runs them), one class per
 name of the registry kvplan/workload/routing.ROUTERS.
 
-`router: round_robin`, or a mapping `{policy: prefix_aware, sync_interval_s: 0.1, overlap_weight: 1.0}`:
+`router: round_robin`, or a mapping `{policy: prefix_aware, sync_interval_s: 0.1, overlap_weight: 1.0}`
+(each policy's own keys: kvplan/workload/routing.RouterSpec):
 - round_robin: request i goes to replica i mod N (a Kubernetes Service, vLLM's production stack);
 - random: uniformly, from the workload's seed (a baseline);
 - least_outstanding: the replica with the fewest requests sent and not finished;
@@ -10,7 +11,10 @@ name of the registry kvplan/workload/routing.ROUTERS.
 - prefix_aware: NVIDIA Dynamo's KV-aware cost, overlap_weight x the prompt tokens a replica would
   have to prefill (beyond the longest prefix the router sent it before, by its own index of each
   replica's cache) + the KV tokens the replica holds; the cheapest wins. Cached prefix and load in
-  one score, as llm-d's prefix-cache and load scorers weigh them too.
+  one score, as llm-d's prefix-cache and load scorers weigh them too;
+- llm_d: llm-d's inference scheduler, its weighted queue, KV-utilisation and prefix-cache scorers
+  with an approximate or a precise prefix index (`LlmD`);
+- sglang: SGLang's cache-aware router (`Sglang`).
 
 The routers that look at the replicas see them as they were at the last refresh (every
 `sync_interval_s` of arrival time), plus what they sent since. Their ties go to a seeded random
@@ -47,7 +51,7 @@ class Router:
     def windows(self, chunk) -> Iterator:
         """The chunk cut at every multiple of the sync interval (of arrival time): (begin, end,
         the requests in between)."""
-        step = self.spec.sync_interval_s
+        step = self.spec.interval_s
         marks = np.floor(np.asarray(chunk.arrival) / step)
         cuts = np.flatnonzero(np.diff(marks)) + 1
         for a, b in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(chunk)])).tolist()):
@@ -190,8 +194,176 @@ class PrefixAware(Router):
                     del self.holders[old]
 
 
+class SentIndex:
+    """A router's own record of the prompt blocks it sent each replica: block key (the chain of
+    hash ids up to that block) -> bitmask of the replicas it went to, and per replica an LRU of its
+    keys of at most `capacity[r]` entries (as many as the replica's KV holds, or the router's cap)."""
+
+    def __init__(self, n: int):
+        self.holders: dict[int, int] = {}
+        self.lru = [OrderedDict() for _ in range(n)]
+
+    @staticmethod
+    def keys(ids, blocks: int) -> list[int]:
+        key, out = 0, []
+        for h in ids[:blocks]:
+            key = hash((key, h))
+            out.append(key)
+        return out
+
+    def greedy_matches(self, keys: list[int], n: int) -> list[int]:
+        """llm-d's approximate match (its matchLongestPrefix): walking the blocks in order while any
+        replica holds the block, each replica counts the blocks it holds."""
+        counts = [0] * n
+        for k in keys:
+            held = self.holders.get(k, 0)
+            if not held:
+                break
+            while held:
+                bit = held & -held
+                counts[bit.bit_length() - 1] += 1
+                held ^= bit
+        return counts
+
+    def longest_match(self, keys: list[int]) -> tuple[int, int]:
+        """(the replica with the longest run of leading blocks, its length); ties: the lowest bit."""
+        live, depth, best = -1, 0, 0
+        for k in keys:
+            nxt = live & self.holders.get(k, 0)
+            if not nxt:
+                break
+            live, depth = nxt, depth + 1
+        if depth:
+            best = (live & -live).bit_length() - 1
+        return best, depth
+
+    def remember(self, r: int, keys: list[int], capacity: int) -> None:
+        lru, bit = self.lru[r], 1 << r
+        for k in keys:
+            if k in lru:
+                lru.move_to_end(k)
+                continue
+            lru[k] = None
+            self.holders[k] = self.holders.get(k, 0) | bit
+            if len(lru) > capacity:
+                old, _ = lru.popitem(last=False)
+                left = self.holders[old] & ~bit
+                if left:
+                    self.holders[old] = left
+                else:
+                    del self.holders[old]
+
+
+def _hash_capacity(replica, size: int) -> int:
+    """The hash blocks of `size` tokens a replica's KV pool holds."""
+    return max(1, replica.setup.num_blocks * replica.setup.block_size // max(size, 1))
+
+
+class LlmD(Router):
+    """llm-d's inference scheduler (llm-d/llm-d-inference-scheduler, its max-score picker over
+    weighted scorers), each score in [0, 1] from the pods' metrics at the last refresh:
+    - queue-scorer: (max waiting - waiting) / (max waiting - min waiting) over the replicas, 1 when
+      all wait alike (vllm:num_requests_waiting);
+    - kv-cache-utilization-scorer: 1 - the share of KV blocks in use (vllm:kv_cache_usage_perc);
+    - prefix-cache-scorer, `index: approximate`: of the prompt's first max_prefix_tokens, the
+      blocks this replica holds by the scheduler's own LRU of what it sent (its matchLongestPrefix:
+      blocks counted while any replica holds one) / the blocks looked at; `index: precise`: the
+      leading blocks the replica's cache holds now (vLLM's KV events), / the prompt's blocks
+      (`prefix_score: ratio`) or min-max normalised over the replicas (`min_max`).
+    The highest weighted sum wins; ties to a seeded random one of them."""
+
+    looks = True
+
+    def __init__(self, spec, replicas, seed):
+        super().__init__(spec, replicas, seed)
+        self.index = SentIndex(self.n) if spec.index == "approximate" else None
+
+    def sync(self) -> None:
+        waiting = [r.waiting for r in self.replicas]
+        low, high = min(waiting), max(waiting)
+        self.queue = [1.0 if high == low else (high - w) / (high - low) for w in waiting]
+        self.free = [1.0 - r.blocks_used / max(r.setup.num_blocks, 1) for r in self.replicas]
+
+    def _prefix(self, ids, prompt: int, size: int) -> list[float]:
+        n, spec = self.n, self.spec
+        if ids is None or size <= 0 or prompt < size:
+            return [0.0] * n
+        if self.index is not None:
+            blocks = min(prompt // size, max(spec.max_prefix_tokens // size, 1))
+            keys = self.index.keys(ids, blocks)
+            self._keys = keys
+            return [c / len(keys) for c in self.index.greedy_matches(keys, n)] if keys else [0.0] * n
+        total = prompt // size
+        hits = [min(r.cached_hash_blocks(ids[:total]), total) for r in self.replicas]
+        if spec.prefix_score == "ratio":
+            return [h / total for h in hits]
+        low, high = min(hits), max(hits)
+        return [1.0 if high == low else (h - low) / (high - low) for h in hits]
+
+    def assign(self, chunk) -> np.ndarray:
+        spec, n = self.spec, self.n
+        out = np.empty(len(chunk), dtype=np.int64)
+        size = chunk.hash_block_size
+        draws = self.tie.random(len(chunk)).tolist()
+        wq, wk, wp = spec.queue_weight, spec.kv_cache_weight, spec.prefix_weight
+        base = [wq * q + wk * f for q, f in zip(self.queue, self.free)]
+        for i, p in enumerate(chunk.prompt_len.tolist()):
+            self._keys = None
+            ids = chunk.hash_ids[i] if chunk.hash_ids is not None else None
+            prefix = self._prefix(ids, p, size) if wp else [0.0] * n
+            scores = [b + wp * x for b, x in zip(base, prefix)]
+            top = max(scores)
+            tied = [r for r, v in enumerate(scores) if v == top]
+            best = tied[0] if len(tied) == 1 else tied[int(draws[i] * len(tied))]
+            out[i] = best
+            if self._keys:
+                self.index.remember(best, self._keys, _hash_capacity(self.replicas[best], size))
+        return out
+
+
+class Sglang(Router):
+    """SGLang's model gateway, its cache_aware policy: the loads are the requests it sent each
+    replica and not finished. When max load - min load > balance_abs_threshold and max load >
+    balance_rel_threshold x min load, the least loaded replica; else, by its radix tree of the
+    prompts it sent (here its index of prompt blocks, as large as each replica's KV), the replica
+    with the longest match when that covers more than cache_threshold of the prompt, and the least
+    loaded otherwise. Ties to a seeded random one."""
+
+    looks = True
+
+    def __init__(self, spec, replicas, seed):
+        super().__init__(spec, replicas, seed)
+        self.index = SentIndex(self.n)
+
+    def sync(self) -> None:
+        self.load = [r.outstanding for r in self.replicas]
+
+    def assign(self, chunk) -> np.ndarray:
+        spec, load, n = self.spec, self.load, self.n
+        out = np.empty(len(chunk), dtype=np.int64)
+        size = chunk.hash_block_size
+        draws = self.tie.random(len(chunk)).tolist()
+        for i, p in enumerate(chunk.prompt_len.tolist()):
+            keys = (self.index.keys(chunk.hash_ids[i], p // size)
+                    if chunk.hash_ids is not None and size > 0 else [])
+            low, high = min(load), max(load)
+            best = None
+            if not (high - low > spec.balance_abs_threshold and high > spec.balance_rel_threshold * low) and keys:
+                r, depth = self.index.longest_match(keys)
+                if depth * size > spec.cache_threshold * p:
+                    best = r
+            if best is None:
+                tied = [r for r in range(n) if load[r] == low]
+                best = tied[0] if len(tied) == 1 else tied[int(draws[i] * len(tied))]
+            out[i] = best
+            load[best] += 1
+            if keys:
+                self.index.remember(best, keys, _hash_capacity(self.replicas[best], size))
+        return out
+
+
 IMPLEMENTATIONS = {"round_robin": RoundRobin, "random": Random, "least_outstanding": LeastOutstanding,
-                   "least_kv": LeastKv, "prefix_aware": PrefixAware}
+                   "least_kv": LeastKv, "prefix_aware": PrefixAware, "llm_d": LlmD, "sglang": Sglang}
 assert tuple(IMPLEMENTATIONS) == ROUTER_NAMES, "every router of the registry, and only those, is implemented here"
 
 

@@ -38,6 +38,7 @@ import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
 from kvplan.fleet.routers import make_router
+from kvplan.sim import kernel as K
 from kvplan.sim.engine import KernelState
 from kvplan.sim.inputs import ChunkPreparer, SimSetup, make_setup
 from kvplan.sim.timing import MAX_ARRIVAL_TICKS
@@ -188,6 +189,26 @@ class Replica:
     def blocks_used(self) -> int:
         return self.state.blocks_in_use
 
+    @property
+    def waiting(self) -> int:
+        """Requests sent to it and neither running nor finished (vLLM's num_requests_waiting)."""
+        return self.state.outstanding - int(self.state.st[K.NUM_RUNNING])
+
+    def cached_hash_blocks(self, ids) -> int:
+        """How many leading hash blocks of a prompt (its hash ids) this replica's prefix cache holds
+        now, every simulated block of each (what vLLM's KV events tell a precise index)."""
+        trie = self.preparer.trie
+        if trie is None or not trie.hash_block_size:
+            return 0
+        per = trie.hash_block_size // self.setup.block_size
+        children, copies, parent, held = trie.children, self.state.copies, -1, 0
+        for h in ids:
+            node = children.get((parent, h))
+            if node is None or (node + 1) * per > len(copies) or (copies[node * per:(node + 1) * per] < 0).any():
+                break
+            held, parent = held + 1, node
+        return held
+
 
 def _split(chunk: RequestChunk, gids: np.ndarray, choice: np.ndarray, replicas: list[Replica]) -> None:
     """Send each replica the requests of `chunk` (the fleet's numbers `gids`) routed to it
@@ -235,8 +256,7 @@ class FleetResult:
                for i, (r, g, role, busy, n) in enumerate(zip(self.replicas, self.replica_groups, roles, self.busy_s,
                                                              self.routed))]
         return {
-            "router": {"policy": self.router.policy, "sync_interval_s": self.router.sync_interval_s,
-                       "overlap_weight": self.router.overlap_weight},
+            "router": self.router.to_dict(),
             "groups": [{"name": n, "count": c} for n, c in self.groups],
             "fleet": {"replicas": len(self.replicas), "completed": self.completed, "makespan": self.makespan,
                       "throughput_rps": self.throughput_rps, "throughput_tps": self.throughput_tps,

@@ -12,7 +12,7 @@ from kvplan.model.dtypes import KV_DTYPE_CHOICES
 from kvplan.workload import distributions as D
 from kvplan.workload import schema as S
 from kvplan.workload.spec import MAX_LINK_GB_PER_S, MAX_LINK_LATENCY_S, MAX_SLO_S, SLO_KEYS
-from kvplan.workload.routing import ROUTER_NAMES
+from kvplan.workload.routing import LLM_D_INDEXES, PREFIX_SCORES, ROUTER_KEYS, ROUTER_NAMES
 from kvplan.workload.traces import TRACE_FORMATS
 from kvplan.workload.traces.columns import COLUMN_KEYS, MAX_COLUMN_NAME, TIMESTAMP_UNITS
 
@@ -20,6 +20,7 @@ SIZE = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern
         "description": "bytes, or a size with its unit: 12GiB, 40GB"}
 POSITIVE = {"type": "number", "exclusiveMinimum": 0}
 COUNT = {"type": "integer", "minimum": 1}
+WEIGHT = {"type": "number", "minimum": 0, "maximum": 1000}
 
 
 def _closed(properties: dict, required: tuple = (), description: str = "") -> dict:
@@ -144,12 +145,19 @@ def workload_schema() -> dict:
             {"enum": list(ROUTER_NAMES)},
             _closed({"policy": {"enum": list(ROUTER_NAMES)},
                      "sync_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
-                     "overlap_weight": {"type": "number", "minimum": 0, "maximum": 1000}}, ())]},
+                     "overlap_weight": WEIGHT, "index": {"enum": list(LLM_D_INDEXES)},
+                     "prefix_weight": WEIGHT, "kv_cache_weight": WEIGHT, "queue_weight": WEIGHT,
+                     "prefix_score": {"enum": list(PREFIX_SCORES)},
+                     "max_prefix_tokens": {"type": "integer", "minimum": 1},
+                     "cache_threshold": {"type": "number", "minimum": 0, "maximum": 1},
+                     "balance_abs_threshold": {"type": "integer", "minimum": 0},
+                     "balance_rel_threshold": {"type": "number", "minimum": 1, "maximum": 1000}}, ())]},
         "slo": {**_closed({k: {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SLO_S} for k in SLO_KEYS}, (),
                           "experiments serve and fleet: the per-request limits goodput counts against"),
                 "minProperties": 1},
     }
     assert set(top) == set(S.TOP_KEYS)
+    assert set(top["router"]["anyOf"][1]["properties"]) == set(ROUTER_KEYS)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "https://kvplan.dev/schema/workload.json", "title": "kvplan workload file",
             **_closed(top, ("pool", "requests"))}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.workload.checks import check_choice, check_float
+from kvplan.workload.checks import check_choice, check_float, check_int
 
 ROUTERS = {
     "round_robin": "request i goes to replica i mod N (a Kubernetes Service, vLLM's production stack)",
@@ -19,21 +19,75 @@ ROUTERS = {
                 "of what was sent since the last refresh",
     "prefix_aware": "NVIDIA Dynamo's KV-aware cost: overlap_weight x the prompt tokens a replica would "
                     "prefill + the KV tokens it holds; the cheapest wins",
+    "llm_d": "llm-d's inference scheduler: prefix_weight x its prefix-cache score (an approximate index of "
+             "what it sent, or the precise one of the replicas' KV events) + kv_cache_weight x (1 - KV in use) "
+             "+ queue_weight x its queue score; the highest wins",
+    "sglang": "SGLang's cache-aware router: the least-loaded replica when the loads are imbalanced, else the "
+              "longest prefix match when it covers more than cache_threshold of the prompt, else the least loaded",
 }
 ROUTER_NAMES = tuple(ROUTERS)
-ROUTER_KEYS = ("policy", "sync_interval_s", "overlap_weight")
+# the keys a router mapping takes: every router's, and each policy's own
+COMMON_KEYS = ("policy", "sync_interval_s")
+POLICY_KEYS = {
+    "prefix_aware": ("overlap_weight",),
+    "llm_d": ("index", "prefix_weight", "kv_cache_weight", "queue_weight", "prefix_score", "max_prefix_tokens"),
+    "sglang": ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold"),
+}
+ROUTER_KEYS = COMMON_KEYS + tuple(k for keys in POLICY_KEYS.values() for k in keys)
+LLM_D_INDEXES = ("approximate", "precise")
+PREFIX_SCORES = ("ratio", "min_max")
+# How often each router's view of the replicas is refreshed, by default: llm-d's endpoint picker
+# scrapes every pod's metrics every 50 ms (its refreshMetricsInterval); the others every 0.1 s.
+SYNC_DEFAULT_S = {"llm_d": 0.05}
 
 
 @dataclass(frozen=True, slots=True)
 class RouterSpec:
-    """`router:` of a fleet: a policy of ROUTERS, how stale its view of the replicas may be, and
-    prefix_aware's weight of tokens to prefill against KV held (Dynamo's default 1)."""
+    """`router:` of a fleet: a policy of ROUTERS, how stale its view of the replicas may be (None:
+    the policy's default, SYNC_DEFAULT_S), and each policy's own settings:
+
+    - prefix_aware: `overlap_weight`, the weight of tokens to prefill against KV held (Dynamo's 1).
+    - llm_d (llm-d's inference scheduler, llm-d/llm-d-inference-scheduler; its default profile weighs
+      queue-scorer 1, kv-cache-utilization-scorer 1, prefix-cache-scorer 2): `index` approximate
+      (the scheduler's own LRU of the prompt blocks it sent each pod, as many as the pod's KV blocks,
+      matching at most `max_prefix_tokens`, 256 blocks of 16 tokens) or precise (the pods' own caches,
+      from vLLM's KV events); `prefix_score` ratio (matched / prompt blocks, llm-d since May 2026) or
+      min_max (the precise scorer before: (hits - min) / (max - min) over the pods, 1 when equal).
+    - sglang (SGLang's model gateway, its cache_aware policy and defaults): `cache_threshold` 0.3,
+      `balance_abs_threshold` 64 and `balance_rel_threshold` 1.5 requests."""
 
     policy: str = "round_robin"
-    sync_interval_s: float = 0.1
+    sync_interval_s: float | None = None
     overlap_weight: float = 1.0
+    index: str = "approximate"
+    prefix_weight: float = 2.0
+    kv_cache_weight: float = 1.0
+    queue_weight: float = 1.0
+    prefix_score: str = "ratio"
+    max_prefix_tokens: int = 4096
+    cache_threshold: float = 0.3
+    balance_abs_threshold: int = 64
+    balance_rel_threshold: float = 1.5
 
     def __post_init__(self) -> None:
         check_choice(self.policy, ROUTER_NAMES, "policy")
-        check_float(self.sync_interval_s, "sync_interval_s", gt=0, le=3600)
+        check_float(self.sync_interval_s, "sync_interval_s", gt=0, le=3600, optional=True)
         check_float(self.overlap_weight, "overlap_weight", ge=0, le=1000)
+        check_choice(self.index, LLM_D_INDEXES, "index")
+        for key in ("prefix_weight", "kv_cache_weight", "queue_weight"):
+            check_float(getattr(self, key), key, ge=0, le=1000)
+        check_choice(self.prefix_score, PREFIX_SCORES, "prefix_score")
+        check_int(self.max_prefix_tokens, "max_prefix_tokens", ge=1, le=2**31)
+        check_float(self.cache_threshold, "cache_threshold", ge=0, le=1)
+        check_int(self.balance_abs_threshold, "balance_abs_threshold", ge=0, le=2**31)
+        check_float(self.balance_rel_threshold, "balance_rel_threshold", ge=1, le=1000)
+
+    @property
+    def interval_s(self) -> float:
+        """The refresh interval this router runs with (its own, or the policy's default)."""
+        return self.sync_interval_s if self.sync_interval_s is not None else SYNC_DEFAULT_S.get(self.policy, 0.1)
+
+    def to_dict(self) -> dict:
+        """The policy, its refresh interval and its own settings (the other policies' left out)."""
+        return {"policy": self.policy, "sync_interval_s": self.interval_s,
+                **{k: getattr(self, k) for k in POLICY_KEYS.get(self.policy, ())}}

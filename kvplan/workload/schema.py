@@ -35,7 +35,7 @@ timing: {model: physical, profile: h100-8b.yaml}  # or roofline {bandwidth_effic
 prefix: {...}                 # shared prompts (read by kvplan/workload/prefixes.py)
 sampling: {...}               # experiment sharing: parallel sampling / beam search groups
 replicas: [{count: 2, gpu: L40S}, ...]  # experiment fleet: replica groups (kvplan/fleet/run.py)
-router: round_robin           # experiment fleet: kvplan/workload/routing.ROUTERS
+router: round_robin           # experiment fleet: kvplan/workload/routing.ROUTERS (llm_d, sglang ...)
 transfer: {gb_per_s: 50, latency_s: 0.001, proxy_s: 0.005}  # experiment fleet, disaggregated: the KV link, the proxy
 ```
 
@@ -57,7 +57,7 @@ from kvplan.workload.build import build_workload, ResolveModel
 from kvplan.workload.distributions import parse_arrival, parse_lengths
 from kvplan.workload.records import Workload
 from kvplan.workload.spec import AllocatorSpec
-from kvplan.workload.routing import ROUTER_KEYS, ROUTER_NAMES, RouterSpec
+from kvplan.workload.routing import LLM_D_INDEXES, POLICY_KEYS, PREFIX_SCORES, ROUTER_KEYS, ROUTER_NAMES, RouterSpec
 from kvplan.workload.chunks import MAX_TOKENS
 from kvplan.workload.spec import (
     BEAM_PARENTS, DEFAULT_PROXY_S, EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLO_S, MAX_SLOTS,
@@ -382,7 +382,8 @@ def _fleet(doc: YamlMap, base: Path) -> FleetSpec:
 
 
 def _router(node: YamlNode) -> RouterSpec:
-    """`router: NAME`, or `{policy, sync_interval_s, overlap_weight}` (kvplan/workload/routing.py)."""
+    """`router: NAME`, or `{policy, sync_interval_s, ...}` with the policy's own keys
+    (kvplan/workload/routing.py); a key of another policy is refused naming the one it belongs to."""
     from kvplan.workload.yaml_nodes import YamlScalar
 
     if isinstance(node, YamlScalar):
@@ -392,11 +393,23 @@ def _router(node: YamlNode) -> RouterSpec:
     if not isinstance(node, YamlMap):
         raise node.error(f"expected a router name or a mapping, got {node.describe()}")
     node.expect_keys(*ROUTER_KEYS)
-    return _make(node, RouterSpec, dict(policy=node.get_choice("policy", ROUTER_NAMES, "round_robin"),
-                                        sync_interval_s=node.get_float("sync_interval_s", 0.1, gt=0, le=3600),
-                                        overlap_weight=node.get_float("overlap_weight", 1.0, ge=0, le=1000)))
-
-
+    policy = node.get_choice("policy", ROUTER_NAMES, "round_robin")
+    values = dict(policy=policy)
+    if "sync_interval_s" in node:
+        values["sync_interval_s"] = node.get_float("sync_interval_s", gt=0, le=3600)
+    for owner, keys in POLICY_KEYS.items():
+        for key in keys:
+            if key not in node:
+                continue
+            if owner != policy:
+                raise node.node(key).error(f"applies to router policy {owner}, and this router is {policy}")
+            if key in ("index", "prefix_score"):
+                values[key] = node.get_choice(key, LLM_D_INDEXES if key == "index" else PREFIX_SCORES)
+            elif key in ("max_prefix_tokens", "balance_abs_threshold"):
+                values[key] = node.get_int(key, ge=0 if key == "balance_abs_threshold" else 1, le=2**31)
+            else:
+                values[key] = node.get_float(key, ge=0)
+    return _make(node, RouterSpec, values)
 
 
 __all__ = ["load_workload", "locate", "read_spec", "MAX_REQUESTS", "MAX_SLOTS", "WorkloadError"]
