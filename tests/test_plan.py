@@ -441,3 +441,34 @@ def test_disaggregated_pools_can_serve_a_tight_tpot_with_fewer_gpus():
 
     alone = run_fleet([Group("c", pd.replicas, replace(wl, prefix=None, sampling=None))], RouterSpec("round_robin"), chunks(), 0)
     assert not targets.met_by(alone)
+
+
+def test_a_goodput_target_is_checked_on_the_fleet():
+    """With --goodput the fleet check counts the share of the fleet's requests within every limit
+    at once (the fleet's own goodput), not p99s: the row it passes meets that share when the same
+    fleet is simulated again with the limits as an slo."""
+    from dataclasses import replace
+
+    from kvplan.fleet.run import Group, run_fleet
+    from kvplan.plan.fleet_check import FLEET_SEED, check_on_fleet
+    from kvplan.plan.space import config_workload, first
+    from kvplan.workload.prefixes import request_stream
+    from kvplan.workload.routing import RouterSpec
+
+    traffic = Traffic(rate=30.0, prompt=2000, output=200, count=300)
+    targets = Targets(ttft_p99=1.0, tpot_p99=0.03, goodput=0.9)
+    e = evaluate(MODEL, traffic, targets, Config("H100-80GB", 1), BOOK, EXACT)
+    row = check_on_fleet(MODEL, traffic, targets, e, "round_robin", book=BOOK)
+    assert row.feasible and row.router == "round_robin"
+    total = traffic.count * e.replicas
+    wl = config_workload(MODEL, replace(traffic, count=total), e.config, FLEET_SEED)
+    factor = traffic.base_rate / e.served
+
+    def chunks():
+        for c in first(request_stream(wl), total):
+            yield replace(c, arrival=c.arrival * factor)
+
+    again = run_fleet([Group("plan", row.replicas, replace(wl, prefix=None, sampling=None))], RouterSpec("round_robin"),
+                      chunks(), wl.seed, total=total, slo=targets.limits())
+    assert again.goodput["share"] >= 0.9
+    assert targets.met_by(again)

@@ -71,7 +71,7 @@ def plan(
     rules = _rules(gpus_limit, budget, headroom, frontier_span, check_seeds)
     lengths = _lengths(rate, prompt, output, count)
     targets = _targets(ttft_p99, tpot_p99, e2e_p99, goodput)
-    routers, transfer = _fleet(router, goodput, disaggregate, check_top)
+    routers, transfer = _fleet(router, disaggregate, check_top)
     for name, target in (("--csv", csv), ("--plot", plot), ("--html", html)):
         if target is not None:
             check_writable(target, name)
@@ -149,12 +149,13 @@ def _targets(ttft_p99, tpot_p99, e2e_p99, goodput):
     return Targets(ttft_p99, tpot_p99, e2e_p99, goodput)
 
 
-def _fleet(router: str, goodput, disaggregate, check_top: int):
-    """The routers the best rows are checked behind (none for a goodput: it is not a fleet's p99s),
-    and the link of the disaggregated pools tried."""
+def _fleet(router: str, disaggregate, check_top: int):
+    """The routers the best rows are checked behind (a goodput target on the fleet's share of
+    requests within the limits, as p99s on its percentiles), and the link of the disaggregated
+    pools tried."""
     from kvplan.workload.spec import Transfer
 
-    checking = not (router.strip().lower() == "none" or goodput is not None)
+    checking = router.strip().lower() != "none"
     if disaggregate is not None and not checking:
         raise UsageError("needs a --router: disaggregated pools are checked on a fleet", field="--disaggregate")
     if disaggregate is not None and not _finite(disaggregate, 0, 1e6, open_low=True):

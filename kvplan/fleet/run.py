@@ -38,7 +38,6 @@ import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
 from kvplan.fleet.routers import make_router
-from kvplan.sim import kernel as K
 from kvplan.sim.engine import KernelState
 from kvplan.sim.inputs import ChunkPreparer, SimSetup, make_setup
 from kvplan.sim.timing import MAX_ARRIVAL_TICKS
@@ -192,7 +191,7 @@ class Replica:
     @property
     def waiting(self) -> int:
         """Requests sent to it and neither running nor finished (vLLM's num_requests_waiting)."""
-        return self.state.outstanding - int(self.state.st[K.NUM_RUNNING])
+        return self.state.waiting
 
     def cached_hash_blocks(self, ids) -> int:
         """How many leading hash blocks of a prompt (its hash ids) this replica's prefix cache holds
@@ -201,10 +200,10 @@ class Replica:
         if trie is None or not trie.hash_block_size:
             return 0
         per = trie.hash_block_size // self.setup.block_size
-        children, copies, parent, held = trie.children, self.state.copies, -1, 0
+        children, cached, parent, held = trie.children, self.state.cached_block, -1, 0
         for h in ids:
             node = children.get((parent, h))
-            if node is None or (node + 1) * per > len(copies) or (copies[node * per:(node + 1) * per] < 0).any():
+            if node is None or not all(cached(node * per + s) for s in range(per)):
                 break
             held, parent = held + 1, node
         return held

@@ -5,7 +5,8 @@ balanced perfectly. A real router does not (round robin ignores how long each re
 prefix-aware one trades balance for cache hits), so for the best configurations (`plan` checks
 the 3 best behind round robin unless told otherwise) the fleet is simulated (kvplan/fleet/run.py)
 at the rate the row serves, on a sample of its own (FLEET_SEED), behind each router given: N
-replicas, N from the estimate up (in whole instances), until the fleet meets the targets; with a
+replicas, N from the estimate up (in whole instances), until the fleet meets the targets (p99s,
+or a goodput: the share of the fleet's requests within every limit at once); with a
 fixed limit (--gpus, --budget) the row's replicas are all there is, and the check passes or the
 row is out. With `--disaggregate`, fewer GPUs are also
 tried as P prefill + (N - P) decode replicas of that configuration over a link of that bandwidth:
@@ -57,7 +58,8 @@ def check_on_fleet(model: str, traffic: Traffic, targets: Targets, e: Evaluation
             yield replace(c, arrival=c.arrival * factor)
 
     def met(groups):
-        result = run_fleet(groups, RouterSpec(router), chunks(), wl.seed, total=total, transfer=transfer)
+        result = run_fleet(groups, RouterSpec(router), chunks(), wl.seed, total=total, transfer=transfer,
+                           slo=targets.limits())
         return result if targets.met_by(result) else None
 
     colocated = None

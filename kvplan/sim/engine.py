@@ -155,6 +155,16 @@ class KernelState:
         return self.loaded - int(self.st[K.DONE])
 
     @property
+    def waiting(self) -> int:
+        """Requests loaded and neither running nor finished (vLLM's num_requests_waiting)."""
+        return self.outstanding - int(self.st[K.NUM_RUNNING])
+
+    def cached_block(self, block_node: int) -> bool:
+        """Whether the prefix cache holds a copy of this block node (trie node x blocks per hash
+        block + sub-block; kvplan/sim/prefix_ids.py): what vLLM's KV events tell a precise index."""
+        return block_node < len(self.copies) and self.copies[block_node] >= 0
+
+    @property
     def blocks_in_use(self) -> int:
         """KV blocks held by requests or by the prefix cache's unfreed entries (0 unpaged)."""
         return self.setup.num_blocks - int(self.st[K.FREE_BLOCKS]) if self.setup.paged else 0
