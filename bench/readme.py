@@ -171,8 +171,9 @@ RUNS: dict[str, Run] = {
     "gemma3-capacity": Run("kvplan simulate {workload}", workload=derived(
         "workloads/gemma3-hybrid.yaml", ("name: gemma3-hybrid\n", "name: gemma3-hybrid\nexperiment: capacity\n"))),
     **{f"fleet-agentic-{r}": Run("kvplan simulate {workload}", traces=(AGENTIC,), workload=derived(
-        "workloads/agentic-fleet.yaml", ("policy: prefix_aware", f"policy: {r}")))
-       for r in ("round_robin", "least_outstanding")},
+        "workloads/agentic-fleet.yaml", ("policy: prefix_aware", f"policy: {policy}")))
+       for r, policy in (("round_robin", "round_robin"), ("least_outstanding", "least_outstanding"),
+                         ("llm_d", "llm_d, index: precise"), ("sglang", "sglang"))},
     "fleet-agentic-prefix_aware": Run("kvplan simulate workloads/agentic-fleet.yaml", traces=(AGENTIC,)),
     **{f"fleet-mooncake-{r}": Run("kvplan simulate {workload}", traces=(MOONCAKE,), workload=derived(
         "workloads/agentic-fleet.yaml", *([("policy: prefix_aware", f"policy: {r}")] if r != "prefix_aware" else []),
@@ -400,7 +401,8 @@ def fleet_line(text: str) -> dict[str, str]:
 def fleet_table(out: Out) -> str:
     rows = []
     for trace, routers, what in (
-            ("agentic", ("round_robin", "least_outstanding", "prefix_aware"), "agentic (12 Claude Code sessions, {} requests)"),
+            ("agentic", ("round_robin", "least_outstanding", "prefix_aware", "llm_d", "sglang"),
+             "agentic (12 Claude Code sessions, {} requests)"),
             ("mooncake", ("round_robin", "prefix_aware"), "Mooncake conversation ({} requests, arrivals 2.5x apart)")):
         for i, router in enumerate(routers):
             f = fleet_line(out[f"fleet-{trace}-{router}"])
