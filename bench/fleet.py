@@ -5,7 +5,10 @@ prompts (mean 1,000) and outputs (mean 200), Poisson at 900 requests/s (each rep
 about 70% of what it serves within seconds of TTFT), for each router. The routers that look at
 the replicas refresh their view every 0.1 s of arrival time (11,000 refreshes of 64 replicas).
 
-Run: python bench/fleet.py [--quick] [--router NAME]   (--quick: 100,000 requests)
+With --prefix, the prompts open with one of 64 shared 512-token system prompts (hash ids per 16
+tokens), so the prefix-aware routers index and match every prompt's blocks.
+
+Run: python bench/fleet.py [--quick] [--prefix] [--router NAME]   (--quick: 100,000 requests)
 """
 
 from __future__ import annotations
@@ -44,7 +47,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for router in routers:
             path = Path(tmp) / f"{router}.yaml"
-            path.write_text(FLEET.format(count=count, router=router))
+            text = FLEET.format(count=count, router=router)
+            if "--prefix" in sys.argv:
+                text += "prefix: {system_prompts: 64, system_prompt_len: 512, hash_block_size: 16}\n"
+            path.write_text(text)
             wl = load(path)
             t0 = time.perf_counter()
             r = simulate_fleet(wl)

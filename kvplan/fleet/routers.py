@@ -118,82 +118,6 @@ class LeastKv(_Least):
         return -(-prompt // setup.block_size) / max(setup.num_blocks, 1)
 
 
-class PrefixAware(Router):
-    """NVIDIA Dynamo's KV-router cost: for each replica, overlap_weight x the prompt tokens it
-    would have to prefill (those beyond the longest prefix the router sent it before) + the KV
-    tokens it holds (in use at the last refresh, plus the prompts sent to it since); the cheapest
-    wins, ties to a seeded random one of them. The index: block key (the chain of hash ids up to that block)
-    -> bitmask of the replicas holding it, and per replica an LRU of its keys as large as its
-    pool, in the stream's hash blocks."""
-
-    looks = True
-
-    def __init__(self, spec, replicas, seed):
-        super().__init__(spec, replicas, seed)
-        self.holders: dict[int, int] = {}
-        self.lru = [OrderedDict() for _ in replicas]
-        self.capacity: list[int] | None = None
-
-    def sync(self) -> None:
-        self.held = [r.blocks_used * r.setup.block_size for r in self.replicas]
-
-    def assign(self, chunk) -> np.ndarray:
-        held, n, w = self.held, self.n, self.spec.overlap_weight
-        out = np.empty(len(chunk), dtype=np.int64)
-        size = chunk.hash_block_size
-        if chunk.hash_ids is not None and self.capacity is None:
-            self.capacity = [max(1, r.setup.num_blocks * r.setup.block_size // max(size, 1)) for r in self.replicas]
-        everyone = (1 << n) - 1
-        draws = self.tie.random(len(chunk)).tolist()
-        for i, p in enumerate(chunk.prompt_len.tolist()):
-            keys, depth = [], [0] * n
-            if chunk.hash_ids is not None:
-                key = 0
-                for h in chunk.hash_ids[i][:p // max(size, 1)]:
-                    key = hash((key, h))
-                    keys.append(key)
-                live = everyone
-                for d, k in enumerate(keys):
-                    nxt = live & self.holders.get(k, 0)
-                    gone = live & ~nxt
-                    while gone:
-                        bit = gone & -gone
-                        depth[bit.bit_length() - 1] = d
-                        gone ^= bit
-                    live = nxt
-                    if not live:
-                        break
-                while live:
-                    bit = live & -live
-                    depth[bit.bit_length() - 1] = len(keys)
-                    live ^= bit
-            costs = [w * max(p - d * size, 0) + h for d, h in zip(depth, held)]
-            low = min(costs)
-            tied = [r for r, c in enumerate(costs) if c == low]
-            best = tied[0] if len(tied) == 1 else tied[int(draws[i] * len(tied))]
-            out[i] = best
-            held[best] += p
-            if keys:
-                self._remember(best, keys)
-        return out
-
-    def _remember(self, r: int, keys: list[int]) -> None:
-        lru, bit, cap = self.lru[r], 1 << r, self.capacity[r]
-        for k in keys:
-            if k in lru:
-                lru.move_to_end(k)
-                continue
-            lru[k] = None
-            self.holders[k] = self.holders.get(k, 0) | bit
-            if len(lru) > cap:
-                old, _ = lru.popitem(last=False)
-                left = self.holders[old] & ~bit
-                if left:
-                    self.holders[old] = left
-                else:
-                    del self.holders[old]
-
-
 class SentIndex:
     """A router's own record of the prompt blocks it sent each replica: block key (the chain of
     hash ids up to that block) -> bitmask of the replicas it went to, and per replica an LRU of its
@@ -211,6 +135,25 @@ class SentIndex:
             out.append(key)
         return out
 
+    def depths(self, keys: list[int], n: int) -> list[int]:
+        """Per replica, how many leading blocks of `keys` it was sent (Dynamo's overlap)."""
+        depth, live = [0] * n, (1 << n) - 1
+        for d, k in enumerate(keys):
+            nxt = live & self.holders.get(k, 0)
+            gone = live & ~nxt
+            while gone:
+                bit = gone & -gone
+                depth[bit.bit_length() - 1] = d
+                gone ^= bit
+            live = nxt
+            if not live:
+                break
+        while live:
+            bit = live & -live
+            depth[bit.bit_length() - 1] = len(keys)
+            live ^= bit
+        return depth
+
     def greedy_matches(self, keys: list[int], n: int) -> list[int]:
         """llm-d's approximate match (its matchLongestPrefix): walking the blocks in order while any
         replica holds the block, each replica counts the blocks it holds."""
@@ -224,18 +167,6 @@ class SentIndex:
                 counts[bit.bit_length() - 1] += 1
                 held ^= bit
         return counts
-
-    def longest_match(self, keys: list[int]) -> tuple[int, int]:
-        """(the replica with the longest run of leading blocks, its length); ties: the lowest bit."""
-        live, depth, best = -1, 0, 0
-        for k in keys:
-            nxt = live & self.holders.get(k, 0)
-            if not nxt:
-                break
-            live, depth = nxt, depth + 1
-        if depth:
-            best = (live & -live).bit_length() - 1
-        return best, depth
 
     def remember(self, r: int, keys: list[int], capacity: int) -> None:
         lru, bit = self.lru[r], 1 << r
@@ -257,6 +188,45 @@ class SentIndex:
 def _hash_capacity(replica, size: int) -> int:
     """The hash blocks of `size` tokens a replica's KV pool holds."""
     return max(1, replica.setup.num_blocks * replica.setup.block_size // max(size, 1))
+
+
+def _pick(values: list, target, draw: float) -> int:
+    """The replica whose value is `target`; among several, the one a uniform `draw` picks."""
+    tied = [r for r, v in enumerate(values) if v == target]
+    return tied[0] if len(tied) == 1 else tied[int(draw * len(tied))]
+
+
+class PrefixAware(Router):
+    """NVIDIA Dynamo's KV-router cost: for each replica, overlap_weight x the prompt tokens it
+    would have to prefill (those beyond the longest prefix the router sent it before) + the KV
+    tokens it holds (in use at the last refresh, plus the prompts sent to it since); the cheapest
+    wins, ties to a seeded random one of them. The index (SentIndex): the prompt blocks it sent
+    each replica, as many as its pool holds, in the stream's hash blocks."""
+
+    looks = True
+
+    def __init__(self, spec, replicas, seed):
+        super().__init__(spec, replicas, seed)
+        self.index = SentIndex(self.n)
+
+    def sync(self) -> None:
+        self.held = [r.blocks_used * r.setup.block_size for r in self.replicas]
+
+    def assign(self, chunk) -> np.ndarray:
+        held, n, w = self.held, self.n, self.spec.overlap_weight
+        out = np.empty(len(chunk), dtype=np.int64)
+        size = chunk.hash_block_size
+        draws = self.tie.random(len(chunk)).tolist()
+        for i, p in enumerate(chunk.prompt_len.tolist()):
+            keys = self.index.keys(chunk.hash_ids[i], p // max(size, 1)) if chunk.hash_ids is not None else []
+            depth = self.index.depths(keys, n) if keys else [0] * n
+            costs = [w * max(p - d * size, 0) + h for d, h in zip(depth, held)]
+            best = _pick(costs, min(costs), draws[i])
+            out[i] = best
+            held[best] += p
+            if keys:
+                self.index.remember(best, keys, _hash_capacity(self.replicas[best], size))
+        return out
 
 
 class LlmD(Router):
@@ -312,9 +282,7 @@ class LlmD(Router):
             ids = chunk.hash_ids[i] if chunk.hash_ids is not None else None
             prefix = self._prefix(ids, p, size) if wp else [0.0] * n
             scores = [b + wp * x for b, x in zip(base, prefix)]
-            top = max(scores)
-            tied = [r for r, v in enumerate(scores) if v == top]
-            best = tied[0] if len(tied) == 1 else tied[int(draws[i] * len(tied))]
+            best = _pick(scores, max(scores), draws[i])
             out[i] = best
             if self._keys:
                 self.index.remember(best, self._keys, _hash_capacity(self.replicas[best], size))
@@ -343,18 +311,19 @@ class Sglang(Router):
         out = np.empty(len(chunk), dtype=np.int64)
         size = chunk.hash_block_size
         draws = self.tie.random(len(chunk)).tolist()
+        matches = self.tie.random(len(chunk)).tolist()
         for i, p in enumerate(chunk.prompt_len.tolist()):
             keys = (self.index.keys(chunk.hash_ids[i], p // size)
                     if chunk.hash_ids is not None and size > 0 else [])
             low, high = min(load), max(load)
             best = None
             if not (high - low > spec.balance_abs_threshold and high > spec.balance_rel_threshold * low) and keys:
-                r, depth = self.index.longest_match(keys)
-                if depth * size > spec.cache_threshold * p:
-                    best = r
+                depth = self.index.depths(keys, n)
+                top = max(depth)
+                if top * size > spec.cache_threshold * p:
+                    best = _pick(depth, top, matches[i])
             if best is None:
-                tied = [r for r in range(n) if load[r] == low]
-                best = tied[0] if len(tied) == 1 else tied[int(draws[i] * len(tied))]
+                best = _pick(load, low, draws[i])
             out[i] = best
             load[best] += 1
             if keys:
