@@ -121,7 +121,7 @@ class LeastKv(_Least):
 class SentIndex:
     """A router's own record of the prompt blocks it sent each replica: block key (the chain of
     hash ids up to that block) -> bitmask of the replicas it went to, and per replica an LRU of its
-    keys of at most `capacity[r]` entries (as many as the replica's KV holds, or the router's cap)."""
+    keys, of at most the capacity `remember` is given (as many blocks as the replica's KV holds)."""
 
     def __init__(self, n: int):
         self.holders: dict[int, int] = {}
@@ -190,6 +190,15 @@ def _hash_capacity(replica, size: int) -> int:
     return max(1, replica.setup.num_blocks * replica.setup.block_size // max(size, 1))
 
 
+def _min_max(values: list, *, lower_is_better: bool = False) -> list[float]:
+    """Each value scaled to [0, 1] over the replicas, the best 1 (all 1 when they are equal), as
+    llm-d's queue scorer and its precise prefix scorer before May 2026 normalise."""
+    low, high = min(values), max(values)
+    if high == low:
+        return [1.0] * len(values)
+    return [((high - v) if lower_is_better else (v - low)) / (high - low) for v in values]
+
+
 def _pick(values: list, target, draw: float) -> int:
     """The replica whose value is `target`; among several, the one a uniform `draw` picks."""
     tied = [r for r, v in enumerate(values) if v == target]
@@ -249,26 +258,24 @@ class LlmD(Router):
         self.index = SentIndex(self.n) if spec.index == "approximate" else None
 
     def sync(self) -> None:
-        waiting = [r.waiting for r in self.replicas]
-        low, high = min(waiting), max(waiting)
-        self.queue = [1.0 if high == low else (high - w) / (high - low) for w in waiting]
+        self.queue = _min_max([r.waiting for r in self.replicas], lower_is_better=True)
         self.free = [1.0 - r.blocks_used / max(r.setup.num_blocks, 1) for r in self.replicas]
 
-    def _prefix(self, ids, prompt: int, size: int) -> list[float]:
+    def _prefix(self, ids, prompt: int, size: int) -> tuple[list[float], list[int]]:
+        """Each replica's prefix-cache score, and the block keys the approximate index is to
+        remember for the replica chosen (none for the precise index)."""
         n, spec = self.n, self.spec
         if ids is None or size <= 0 or prompt < size:
-            return [0.0] * n
+            return [0.0] * n, []
         if self.index is not None:
             blocks = min(prompt // size, max(spec.max_prefix_tokens // size, 1))
             keys = self.index.keys(ids, blocks)
-            self._keys = keys
-            return [c / len(keys) for c in self.index.greedy_matches(keys, n)] if keys else [0.0] * n
+            if not keys:  # hash ids shorter than the prompt's blocks
+                return [0.0] * n, []
+            return [c / len(keys) for c in self.index.greedy_matches(keys, n)], keys
         total = prompt // size
         hits = [min(r.cached_hash_blocks(ids[:total]), total) for r in self.replicas]
-        if spec.prefix_score == "ratio":
-            return [h / total for h in hits]
-        low, high = min(hits), max(hits)
-        return [1.0 if high == low else (h - low) / (high - low) for h in hits]
+        return ([h / total for h in hits] if spec.prefix_score == "ratio" else _min_max(hits)), []
 
     def assign(self, chunk) -> np.ndarray:
         spec, n = self.spec, self.n
@@ -278,14 +285,13 @@ class LlmD(Router):
         wq, wk, wp = spec.queue_weight, spec.kv_cache_weight, spec.prefix_weight
         base = [wq * q + wk * f for q, f in zip(self.queue, self.free)]
         for i, p in enumerate(chunk.prompt_len.tolist()):
-            self._keys = None
             ids = chunk.hash_ids[i] if chunk.hash_ids is not None else None
-            prefix = self._prefix(ids, p, size) if wp else [0.0] * n
+            prefix, keys = self._prefix(ids, p, size) if wp else ([0.0] * n, [])
             scores = [b + wp * x for b, x in zip(base, prefix)]
             best = _pick(scores, max(scores), draws[i])
             out[i] = best
-            if self._keys:
-                self.index.remember(best, self._keys, _hash_capacity(self.replicas[best], size))
+            if keys:
+                self.index.remember(best, keys, _hash_capacity(self.replicas[best], size))
         return out
 
 

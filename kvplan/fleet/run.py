@@ -43,7 +43,7 @@ from kvplan.sim.inputs import ChunkPreparer, SimSetup, make_setup
 from kvplan.sim.timing import MAX_ARRIVAL_TICKS
 from kvplan.sim.metrics import ServeResult, Stats, build_result, client_frontend, latency_arrays
 from kvplan.sim.overload import Overload, overload_of
-from kvplan.sim.slo import goodput, per_request_tpot, within
+from kvplan.sim.slo import client_latencies, goodput, goodput_of, within
 from kvplan.workload.distributions import Fixed, Lengths
 from kvplan.workload.records import Workload
 from kvplan.workload.chunks import RequestChunk
@@ -298,13 +298,14 @@ def run_fleet(groups: list[Group], spec: RouterSpec, chunks, seed: int = 0, *, t
     result = _result(spec, groups, replicas, slo)
     if slo is not None:
         met = sum(r.goodput["requests"] for r in result.replicas)
-        n = result.completed
-        result = replace(result, goodput={**slo.to_dict(), "share": met / n if n else 1.0, "requests": met,
-                                          "rps": met / result.makespan if result.makespan else 0.0})
+        result = replace(result, goodput=goodput_of(slo, met, result.completed, result.makespan))
     if record:
         cols = _by_gid(replicas, sum(r.routed for r in replicas))
-        result = replace(result, requests=_rows(cols, cols, cols["sent"], cols["admitted"] - cols["sent"],
-                                                replicas[0].setup.clock.ticks_per_unit, slo))
+        per_unit = replicas[0].setup.clock.ticks_per_unit
+        lat = client_latencies(cols["sent"], cols["first_token"], cols["finish"], cols["output"], cols["frontend"],
+                               per_unit)
+        result = replace(result, requests=_rows(cols, cols, lat, cols["sent"], cols["admitted"] - cols["sent"],
+                                                per_unit, slo))
     return result
 
 
@@ -312,22 +313,20 @@ REQUEST_COLUMNS = ("replica", "prefill_replica", "transfer_s", "transfer_wait_s"
                    "cached_tokens", "preemptions", "queue_s", "ttft_s", "tpot_s", "e2e_s", "within_slo")
 
 
-def _rows(served: dict, first: dict, sent: np.ndarray, queued: np.ndarray, per_unit: int, slo,
+def _rows(served: dict, first: dict, lat: dict, sent: np.ndarray, queued: np.ndarray, per_unit: int, slo,
           moved: tuple | None = None) -> dict[str, np.ndarray]:
     """One row per request of the fleet (by its number), columns of REQUEST_COLUMNS, times in
     seconds: `served`, the columns (`_by_gid`) of the replicas that streamed the answer; `first`,
-    of the replicas that took it in (the prefill pool, or `served` again); `queued`, ticks it
-    waited for admission; `moved`, a disaggregated fleet's (transfer, wait for the link) ticks."""
-    ttft = (served["first_token"] - sent + served["frontend"]) / per_unit
-    e2e = (served["finish"] - sent + served["frontend"]) / per_unit
-    tpot = per_request_tpot(served["first_token"] / per_unit, served["finish"] / per_unit, served["output"])
+    of the replicas that took it in (the prefill pool, or `served` again); `lat`, the client's
+    latencies (client_latencies); `queued`, ticks it waited for admission; `moved`, a
+    disaggregated fleet's (transfer, wait for the link) ticks."""
     rows = {"replica": served["replica"], "sent_s": sent / per_unit, "prompt": first["prompt"],
             "output": served["output"], "cached_tokens": first["cached"], "preemptions": served["preemptions"],
-            "queue_s": queued / per_unit, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}
+            "queue_s": queued / per_unit, "ttft_s": lat["ttft"], "tpot_s": lat["tpot"], "e2e_s": lat["e2e"]}
     if moved is not None:
         rows.update(prefill_replica=first["replica"], transfer_s=moved[0] / per_unit, transfer_wait_s=moved[1] / per_unit)
     if slo is not None:
-        rows["within_slo"] = within(slo, ttft, tpot, e2e).astype(np.int64)
+        rows["within_slo"] = within(slo, **lat).astype(np.int64)
     return {k: rows[k] for k in REQUEST_COLUMNS if k in rows}
 
 
@@ -429,22 +428,19 @@ def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, tot
     gid_of_decode = order  # decode's request k is the fleet's request order[k]
     d = {k: _undo(v, gid_of_decode) for k, v in d.items()}
     result = _result(spec, groups, replicas)
-    frontend = d["frontend"]  # the decode replica's API server streams the answer
-    sent = p["sent"]
-    ttft = (d["first_token"] - sent + frontend) / per_unit
-    e2e = (d["finish"] - sent + frontend) / per_unit
-    many = d["output"] > 1
-    tpot = (d["finish"] - d["first_token"])[many] / per_unit / (d["output"][many] - 1)
+    sent = p["sent"]  # the decode replica's API server streams the answer (its frontend)
+    lat = client_latencies(sent, d["first_token"], d["finish"], d["output"], d["frontend"], per_unit)
     span = (int(d["finish"].max()) - int(sent.min())) / per_unit if n else 0.0
     # the fleet's queueing: a request's wait for a prefill replica, then for a decode replica
     waited = p["admitted"] + (d["admitted"] - d["arrival"])
     moved, wait = ready - asked, ready - asked - busy - latency
-    rows = _rows(d, p, sent, waited, per_unit, slo, (moved, wait)) if record or slo is not None else None
+    rows = _rows(d, p, lat, sent, waited, per_unit, slo, (moved, wait)) if record or slo is not None else None
     met = None if slo is None else goodput(slo, rows["within_slo"].astype(bool), span)
     return replace(result, completed=n, makespan=span, throughput_rps=n / span if span else 0.0,
                    overload=overload_of(p["arrival"], waited, per_unit),
                    throughput_tps=int(d["output"].sum()) / span if span else 0.0,
-                   ttft=Stats.of(ttft), tpot=Stats.of(tpot), e2e=Stats.of(e2e),
+                   ttft=Stats.of(lat["ttft"]), tpot=Stats.of(lat["tpot"][d["output"] > 1]),
+                   e2e=Stats.of(lat["e2e"]),
                    transfer=Stats.of(moved / per_unit), transfer_wait=Stats.of(wait / per_unit),
                    proxy_s=transfer.proxy_s, roles=[r.group.role for r in replicas], goodput=met,
                    requests=rows if record else None)

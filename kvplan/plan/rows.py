@@ -59,7 +59,7 @@ class Targets:
 def attainment(targets: Targets, result, frontend_s: float = 0.0) -> float:
     """The share of a run's requests within every limit of `targets` (needs its request records),
     counted as a workload's `slo:` is (kvplan/sim/slo.within)."""
-    from kvplan.sim.slo import per_request_tpot, within
+    from kvplan.sim.slo import client_latencies, within
     from kvplan.workload.spec import SloSpec
 
     cols = result.requests.columns
@@ -67,8 +67,8 @@ def attainment(targets: Targets, result, frontend_s: float = 0.0) -> float:
     if not len(out) or (targets.ttft_p99 is None and targets.tpot_p99 is None and targets.e2e_p99 is None):
         return 1.0
     frontend_s = cols.get("frontend", frontend_s)  # per request where the API server streams at a cost
-    ok = within(SloSpec(targets.ttft_p99, targets.tpot_p99, targets.e2e_p99), first - arrival + frontend_s,
-                per_request_tpot(first, finish, out), finish - arrival + frontend_s)
+    ok = within(SloSpec(targets.ttft_p99, targets.tpot_p99, targets.e2e_p99),
+                **client_latencies(arrival, first, finish, out, frontend_s))
     return float(ok.mean())
 
 

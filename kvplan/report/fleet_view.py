@@ -32,7 +32,6 @@ def fleet_sentence(doc: dict) -> str:
             f"load imbalance (max/mean busy time) {f['imbalance']:.2f}.")
 
 
-
 def render_fleet(doc: dict, top: int = 64) -> None:
     from rich.table import Table
 

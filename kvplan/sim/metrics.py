@@ -32,7 +32,7 @@ from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.model.step_time import STREAM_BUSY_CAP
 from kvplan.sim.inputs import SimSetup
 from kvplan.sim.overload import Overload, overload_of
-from kvplan.sim.slo import goodput, per_request_tpot, within
+from kvplan.sim.slo import client_latencies, goodput, within
 
 INTEGRALS = ("time", "running", "tokens", "allocated", "final", "external")
 TIMELINE_FIELDS = ("time", "running", "waiting", "token_states", "reserved", "internal",
@@ -248,12 +248,9 @@ def latency_arrays(raw: RawRun, per_unit: int, frontend: int | np.ndarray = 0) -
     per request, `client_frontend`) are added to TTFT and E2E; TPOT is over the requests with more
     than one output token."""
     arrival, out = (raw.arrival if raw.sent is None else raw.sent), raw.output
-    e2e = (raw.finish - arrival + frontend) / per_unit
-    ttft = (raw.first_token - arrival + frontend) / per_unit
-    many = out > 1
-    tpot = ((raw.finish - raw.first_token)[many] / per_unit) / (out[many] - 1)
-    return {"ttft": ttft, "tpot": tpot, "e2e": e2e, "normalized_latency": e2e / out,
-            "queue_delay": (raw.admitted - arrival) / per_unit}
+    lat = client_latencies(arrival, raw.first_token, raw.finish, out, frontend, per_unit)
+    return {"ttft": lat["ttft"], "tpot": lat["tpot"][out > 1], "e2e": lat["e2e"],
+            "normalized_latency": lat["e2e"] / out, "queue_delay": (raw.admitted - arrival) / per_unit}
 
 
 def _latencies(raw: RawRun, per_unit: int, frontend: int | np.ndarray = 0) -> dict[str, Stats]:
@@ -282,15 +279,6 @@ def check_possible(raw: RawRun) -> None:
         raise WorkloadError(f"internal error: an impossible result for request {i} (arrival "
                             f"{arrival[i]}, admitted {admitted[i]}, first token {first[i]}, finish "
                             f"{finish[i]} ticks); please report it with this workload")
-
-
-def client_latencies(raw: RawRun, per_unit: int, frontend: int | np.ndarray) -> dict[str, np.ndarray]:
-    """Per request, in the raw run's order and the run's unit: TTFT, TPOT (NaN for one output
-    token) and E2E as a client measures them (`frontend`: client_frontend)."""
-    sent = raw.arrival if raw.sent is None else raw.sent
-    return {"ttft": (raw.first_token - sent + frontend) / per_unit,
-            "tpot": per_request_tpot(raw.first_token / per_unit, raw.finish / per_unit, raw.output),
-            "e2e": (raw.finish - sent + frontend) / per_unit}
 
 
 def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False, slo=None) -> ServeResult:
@@ -335,6 +323,7 @@ def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False,
         requests=records,
         prefix=raw.prefix,
         overload=overload_of(raw.arrival, raw.admitted, per_unit),
-        goodput=None if slo is None else goodput(slo, within(slo, **client_latencies(raw, per_unit, frontend)),
-                                                 makespan),
+        goodput=None if slo is None else goodput(slo, within(slo, **client_latencies(
+            raw.arrival if raw.sent is None else raw.sent, raw.first_token, raw.finish, raw.output, frontend, per_unit)),
+            makespan),
     )  # fmt: skip
