@@ -227,15 +227,42 @@ def test_the_prefill_replicas_link_carries_one_transfer_at_a_time(tmp_path):
     assert result.transfer.mean - result.transfer_wait.mean == pytest.approx(alone + 0.001, abs=1e-6)
 
 
-def test_queued_on_links_by_hand():
-    """Two links; on link 0 transfers ready at 0, 1, 10 of 5 ticks each end at 5, 10, 15; on link
-    1 one ready at 2 of 3 ticks ends at 5."""
+def test_transfer_links_by_hand():
+    """Replicas 0, 1 prefill and 2, 3 decode; latency 1. Asked in this order: 0 -> 2 ready at 0
+    for 5 ticks ends at 5; 1 -> 2 ready at 1 waits for replica 2's link and ends at 10; 0 -> 3
+    ready at 2 waits for replica 0's link (busy to 5) and ends at 8; 1 -> 3 ready at 3 waits for
+    both (1 busy to 10, 3 to 8) and ends at 12. Each lands 1 tick after it ends. A second call
+    carries on from the links' state."""
     import numpy as np
 
-    from kvplan.fleet.run import queued_on_links
+    from kvplan.fleet.run import TransferLinks
 
-    end = queued_on_links(np.array([0, 2, 1, 10]), np.array([5, 3, 5, 5]), np.array([0, 1, 0, 0]))
-    assert end.tolist() == [5, 5, 10, 15]
+    links = TransferLinks(4, latency=1)
+    land = links.carry(np.array([0, 1, 2, 3]), np.array([5, 5, 3, 2]), np.array([0, 1, 0, 1]), np.array([2, 2, 3, 3]))
+    assert land.tolist() == [6, 11, 9, 13]
+    assert links.carry(np.array([4]), np.array([1]), np.array([0]), np.array([2])).tolist() == [12]
+
+
+def test_a_decode_replicas_link_carries_one_transfer_at_a_time(tmp_path):
+    """Two prefill replicas feed one decode replica over 1 GB/s: 40 requests of 3,000 tokens at
+    20/s, round robin, so the prefill links each carry a transfer every 0.1 s while the decode
+    link takes one every 0.05 s, each holding it 0.39 s. The decode link is the bottleneck: waits
+    grow to many transfers, and the link's transfers never overlap, so the last KV lands no
+    earlier than 40 transfers after the first began (a model of the prefill links alone has each
+    carry 20, waits about half as long). With two decode replicas (round robin pairs prefill i
+    with decode i) each link carries every other transfer and the waits shrink."""
+    one = _pd_file(tmp_path, "one.yaml", "{gb_per_s: 1, latency_s: 0.001}", count=40)
+    body = one.read_text().replace("rate: 0.05", "rate: 20")
+    alone = 3000 * 131072 / 1e9
+    one.write_text(body.replace("role: prefill, count: 1", "role: prefill, count: 2"))
+    result = simulate_fleet(load(one))
+    assert result.transfer.mean - result.transfer_wait.mean == pytest.approx(alone + 0.001, abs=1e-6)
+    assert result.transfer_wait.p99 > 25 * alone  # the last wait for most of the transfers before them
+    two = tmp_path / "two.yaml"
+    two.write_text(body.replace("role: prefill, count: 1", "role: prefill, count: 2")
+                   .replace("role: decode, count: 1", "role: decode, count: 2"))
+    spread = simulate_fleet(load(two))
+    assert spread.transfer_wait.p99 < result.transfer_wait.p99 / 1.5
 
 
 def test_a_disaggregated_fleet_splits_the_work_by_pool(tmp_path):

@@ -22,8 +22,9 @@ How the replicas run together:
   holds (kvplan/fleet/routers.py).
 
 - with `role: prefill` and `role: decode` groups the fleet is disaggregated: prompts run on the
-  prefill pool, the proxy hands each to the decode pool, its KV crosses the prefill replica's link
-  (`transfer:`, one transfer at a time), outputs come from the decode pool (`_disaggregated`).
+  prefill pool, the proxy hands each to the decode pool, its KV crosses the prefill and the decode
+  replica's links (`transfer:`, each link one transfer at a time), outputs come from the decode
+  pool (`_disaggregated`).
 
 Per replica and for the fleet: throughput, TTFT/TPOT/E2E percentiles, prefix hit rate, busy time
 (its span less the time it had nothing to run), the load imbalance max / mean busy time, and the
@@ -79,23 +80,29 @@ def transfer_ticks(transfer: Transfer, kv_bytes: np.ndarray, per_unit: int) -> t
     return np.rint(seconds * per_unit).astype(np.int64), int(round(transfer.latency_s * per_unit))
 
 
-def queued_on_links(start: np.ndarray, busy: np.ndarray, link: np.ndarray) -> np.ndarray:
-    """When each request's transfer ends on its link (`link`: the number of the link it crosses),
-    each link carrying one transfer at a time in the order they become ready (`start`), each for
-    its `busy` ticks: end_i = max(start_i, end of the one before) + busy_i, which over a link's
-    sorted requests is C_i + max over j <= i of (start_j - C_(j-1)), C the running sum of busy."""
-    end = np.empty_like(start)
-    order = np.lexsort((start, link))  # by link, then by readiness (ties: by the fleet's number)
-    bounds = np.flatnonzero(np.diff(link[order])) + 1
-    for idx in np.split(order, bounds):
-        if idx.size:
-            c = np.cumsum(busy[idx])
-            end[idx] = c + np.maximum.accumulate(start[idx] - (c - busy[idx]))
-    return end
-
-
 # The requests of a group's own workload while it is built: the fleet's stream replaces them.
 _NO_REQUESTS = SyntheticRequests(1, Lengths(Fixed(1), 1), Lengths(Fixed(1), 0))
+
+
+class TransferLinks:
+    """Every replica's link of a disaggregated fleet, each carrying one KV transfer at a time: a
+    request's KV leaves its prefill replica and enters its decode replica at once, so its
+    transfer starts when it is ready and both links are free, in the order the proxy asks
+    (first come, first served: a later transfer never overtakes an earlier one on either link),
+    holds both for its `busy` ticks, and the KV lands `latency` ticks after it ends."""
+
+    def __init__(self, replicas: int, latency: int) -> None:
+        self.free = [0] * replicas  # tick each replica's link is free from
+        self.latency = latency
+
+    def carry(self, ready: np.ndarray, busy: np.ndarray, source: np.ndarray, sink: np.ndarray) -> np.ndarray:
+        """When each transfer's KV lands (ready, in the order asked; `source`, `sink`: replicas)."""
+        free, out = self.free, np.empty(len(ready), dtype=np.int64)
+        for i, (t, b, s, k) in enumerate(zip(ready.tolist(), busy.tolist(), source.tolist(), sink.tolist())):
+            end = max(t, free[s], free[k]) + b
+            free[s] = free[k] = end
+            out[i] = end + self.latency
+        return out
 
 
 def read_groups(workload: Workload) -> list[Group]:
@@ -242,7 +249,7 @@ class FleetResult:
     prefix_hit_rate: float | None
     imbalance: float  # max / mean busy time
     transfer: Stats | None = None  # disaggregated: each request's KV transfer time (its wait for the link included)
-    transfer_wait: Stats | None = None  # disaggregated: each request's wait for its prefill replica's link
+    transfer_wait: Stats | None = None  # disaggregated: each request's wait for its links
     proxy_s: float | None = None  # disaggregated: the proxy's share of each request's TTFT and E2E
     goodput: dict | None = None  # with an `slo:`, the fleet's requests within it (kvplan/sim/slo.goodput)
     requests: dict | None = field(default=None, compare=False, repr=False)  # with record: REQUEST_COLUMNS
@@ -330,8 +337,11 @@ def _rows(served: dict, first: dict, lat: dict, sent: np.ndarray, queued: np.nda
     return {k: rows[k] for k in REQUEST_COLUMNS if k in rows}
 
 
-def _serve(replicas: list[Replica], router, chunks, total: int = 0, progress=None) -> None:
-    """Route every request of `chunks` as it arrives and serve them all to the end."""
+def _serve(replicas: list[Replica], router, chunks, total: int = 0, progress=None, arrive=None) -> None:
+    """Route every request of `chunks` as it arrives and serve them all to the end. `arrive(window,
+    gids, choice)`, when given, is the window as its replicas receive it once routed (a
+    disaggregated decode pool: the request is routed when the proxy asks, and reaches the engine
+    when its KV has)."""
     per_unit = replicas[0].setup.clock.ticks_per_unit
     done = 0
     for chunk in chunks:
@@ -340,7 +350,8 @@ def _serve(replicas: list[Replica], router, chunks, total: int = 0, progress=Non
             continue
         gids = np.arange(done, done + n)
         if not router.looks:
-            _split(chunk, gids, router.assign(chunk), replicas)
+            choice = router.assign(chunk)
+            _split(chunk if arrive is None else arrive(chunk, gids, choice), gids, choice, replicas)
             for r in replicas:
                 r.advance(0)
         else:
@@ -349,7 +360,8 @@ def _serve(replicas: list[Replica], router, chunks, total: int = 0, progress=Non
                 for r in replicas:
                     r.advance(horizon)
                 router.sync()
-                _split(window, gids[a:b], router.assign(window), replicas)
+                choice = router.assign(window)
+                _split(window if arrive is None else arrive(window, gids[a:b], choice), gids[a:b], choice, replicas)
         done += n
         if progress is not None:
             progress(done, total)
@@ -382,17 +394,19 @@ def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, tot
     max_tokens 1: its API server takes it in and the engine runs the prompt with one output token;
     the prefill server answers the proxy (its API server's pass, `client_frontend`), and the proxy
     then posts the request to a decode replica, whose engine reads the prompt's KV (per GPU of the
-    prefill group's layout) over the prefill replica's link: the link carries one request's KV at a
-    time, in the order they are ready, each for bytes / gb_per_s, then latency_s
-    (`queued_on_links`). The request reaches the decode replica (routed by the same policy) when its
-    KV has: it is admitted holding all but its last prompt token's KV (the engine's preload),
+    prefill group's layout) over the prefill replica's link and its own: the proxy picks the
+    decode replica (routed by the same policy) when the prefill server answers, and the KV
+    crosses both links at once. Each link carries one request's KV at a time, in the order the
+    proxy asks, each for bytes / gb_per_s, then latency_s (`TransferLinks`): a transfer waits
+    until both its links are free. The request reaches the decode engine when its KV has: it
+    is admitted holding all but its last prompt token's KV (the engine's preload),
     computes that token and samples every output token, which its API server streams. So the
     client's TTFT = the prefill server's pass (intake, engine to its one token, answer) + the
     proxy's (`transfer.proxy_s`, counted once between the two calls) + the KV's wait and transfer
     + the decode server's pass to its first token. Each request's transfer time and its wait for
-    the link are reported. (The decode side does not push back on prefill: a prefill replica frees
-    a request's blocks when it finishes; the decode replica is chosen when the KV has arrived, and
-    its own link is not modelled.)"""
+    the links are reported. (The decode side does not push back on prefill: a prefill replica frees
+    a request's blocks when it finishes, and the decode engine takes none for a request before its
+    KV has come, where vLLM's allocates them when the proxy asks.)"""
     prefill = [r for r in replicas if r.group.role == "prefill"]
     decode = [r for r in replicas if r.group.role == "decode"]
     outputs: list[np.ndarray] = []
@@ -413,20 +427,27 @@ def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, tot
             kv_bytes[gids] = p["prompt"][gids] * float(r.group.workload.layout.bytes_per_token)
     busy, latency = transfer_ticks(transfer, kv_bytes, per_unit)
     asked = p["finish"] + p["frontend"] + int(round(transfer.proxy_s * per_unit))  # the decode server asked
-    ready = queued_on_links(asked, busy, p["replica"]) + latency
-    order = np.argsort(ready, kind="stable")
+    order = np.argsort(asked, kind="stable")  # decode's request k is the fleet's request order[k]
     output = np.concatenate(outputs) if outputs else np.zeros(0, dtype=np.int64)
+    links = TransferLinks(len(replicas), latency)
+    ready = np.zeros(n, dtype=np.int64)
 
     def decode_stream(size: int = 65_536):
         for a in range(0, n, size):
             idx = order[a:a + size]
-            yield RequestChunk(ready[idx] / per_unit, p["prompt"][idx], output[idx],
+            yield RequestChunk(asked[idx] / per_unit, p["prompt"][idx], output[idx],
                                preload=np.maximum(p["prompt"][idx] - 1, 0))
 
-    _serve(decode, make_router(spec, decode, seed + 1), decode_stream())
+    def arrive(window: RequestChunk, ks: np.ndarray, choice: np.ndarray) -> RequestChunk:
+        """The routed window as its decode replicas receive it: when each request's KV has come."""
+        gids = order[ks]
+        ready[gids] = links.carry(asked[gids], busy[gids], p["replica"][gids],
+                                  np.array([decode[c].index for c in choice.tolist()], dtype=np.int64))
+        return replace(window, arrival=ready[gids] / per_unit)
+
+    _serve(decode, make_router(spec, decode, seed + 1), decode_stream(), arrive=arrive)
     d = _by_gid(decode, n)
-    gid_of_decode = order  # decode's request k is the fleet's request order[k]
-    d = {k: _undo(v, gid_of_decode) for k, v in d.items()}
+    d = {k: _undo(v, order) for k, v in d.items()}
     result = _result(spec, groups, replicas)
     sent = p["sent"]  # the decode replica's API server streams the answer (its frontend)
     lat = client_latencies(sent, d["first_token"], d["finish"], d["output"], d["frontend"], per_unit)
@@ -498,5 +519,5 @@ def fleet_document(workload: Workload, *, progress=None, result: FleetResult | N
             "time_unit": "s", **result.to_dict()}
 
 
-__all__ = ["FleetResult", "Group", "REQUEST_COLUMNS", "fleet_document", "queued_on_links", "run_fleet",
+__all__ = ["FleetResult", "Group", "REQUEST_COLUMNS", "fleet_document", "TransferLinks", "run_fleet",
            "simulate_fleet"]

@@ -21,7 +21,7 @@ def fleet_sentence(doc: dict) -> str:
     if f.get("transfer_s"):
         hit += f", KV transfer p50/p99 {_ms(f['transfer_s'], 'p50')}/{_ms(f['transfer_s'], 'p99')} ms"
         if (f.get("transfer_wait_s") or {}).get("p99"):
-            hit += f" (waiting for the link p99 {_ms(f['transfer_wait_s'], 'p99')} ms)"
+            hit += f" (waiting for the links p99 {_ms(f['transfer_wait_s'], 'p99')} ms)"
     good = f.get("goodput")
     if good is not None:
         hit += f"; {goodput_words(good)}"

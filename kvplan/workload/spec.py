@@ -374,10 +374,11 @@ DEFAULT_PROXY_S = 0.005
 
 @dataclass(frozen=True, slots=True)
 class Transfer:
-    """The link a prefill replica sends a request's KV over: `latency_s` + the KV bytes each GPU
-    holds / `gb_per_s` (every GPU of the TP group sends its own shard, all at once; 0: no
-    bandwidth limit). The link is the prefill replica's own: its transfers cross it one after
-    another, so a request's KV waits while the link carries earlier ones (kvplan/fleet/run.py).
+    """The links a request's KV crosses, from its prefill replica's to its decode replica's:
+    `latency_s` + the KV bytes each GPU holds / `gb_per_s` (every GPU of the TP group sends its
+    own shard, all at once; 0: no bandwidth limit). Each replica has its own link, which carries
+    one transfer at a time, so a request's KV waits while either of its links carries earlier
+    ones (kvplan/fleet/run.py's TransferLinks).
     `proxy_s`: the proxy's share of every request's TTFT and E2E (DEFAULT_PROXY_S)."""
 
     gb_per_s: float
