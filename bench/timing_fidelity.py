@@ -279,7 +279,7 @@ def build_case(entry: dict, values: dict | None = None):
     mml = setup.get("max_model_len") or min(spec.max_context or 32768,
                                             max(32768, (setup["input_len"] or 0) + (setup["output_len"] or 0) + 16))
     tokens, seqs, chunked, fraction = engine_limits(entry, spec, weights, layout, gpu, tp, mml)
-    report = size_model(layout, tokens=mml, weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp),
+    report = size_model(layout, tokens=mml, weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp, gpu),
                         params=weights.params, gpu=gpu, engine="vllm",
                         engine_options=EngineOptions(max_num_batched_tokens=tokens, max_num_seqs=seqs),
                         engine_shape=engine_shape(spec))
@@ -305,7 +305,7 @@ def build_case(entry: dict, values: dict | None = None):
     step = step_model(spec, layout, weights, gpu, tp, constants=c, async_scheduling=overlap)
     if values.get("_roofline"):
         timing = TimingConfig(gpu_name=gpu.name, hbm_bytes_per_s=gpu.hbm_bytes_per_s, peak_flops=gpu.peak_bf16_flops,
-                              weight_bytes=weights.bytes_per_gpu(tp), flops_per_token=weights.flops_per_token / tp,
+                              weight_bytes=weights.bytes_per_gpu(tp, gpu), flops_per_token=weights.flops_per_token / tp,
                               kv_bytes_per_token=layout.bytes_per_token, model="roofline")
     else:
         timing = TimingConfig(gpu_name=gpu.name, hbm_bytes_per_s=gpu.hbm_bytes_per_s,

@@ -91,7 +91,7 @@ def predict(entry: dict):
     weights = estimate_weights(spec)
     layout = build_layout(spec, entry.get("kv_cache_dtype") or "auto", tp)
     report = size_model(layout, tokens=entry["max_model_len"] or spec.max_context or 8192,
-                        weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp),
+                        weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp, gpu),
                         params=weights.params, gpu=gpu, engine="vllm",
                         engine_options=EngineOptions(
                             gpu_memory_utilization=entry["gpu_memory_utilization"] or 0.9,

@@ -171,7 +171,7 @@ def test_gpu_is_frozen():
         gpu.memory_bytes = 1  # type: ignore[misc]
     assert [f.name for f in dataclasses.fields(GPU)] == [
         "name", "memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "vendor", "sources", "cuda_memory_bytes",
-        "peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops",
+        "peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops", "compute_capability", "gfx_target",
     ]
 
 
@@ -186,7 +186,7 @@ def test_values_positive_and_plausible():
         assert {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes"} \
             <= set(gpu.sources) <= {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes",
                                     "link_bytes_per_s", "peak_fp8_flops", "mamf_bf16_flops",
-                                    "mamf_fp8_flops"}, gpu.name
+                                    "mamf_fp8_flops", "compute_capability", "gfx_target"}, gpu.name
         assert gpu.link_bytes_per_s == 0 or 10e9 <= gpu.link_bytes_per_s <= 2e12, gpu.name
         assert gpu.link_bytes_per_s or gpu.name == "MI355X", gpu.name
         assert gpu.peak_fp8_flops == 0 or gpu.peak_bf16_flops < gpu.peak_fp8_flops <= 2.5 * gpu.peak_bf16_flops
@@ -359,6 +359,9 @@ def test_catalog_file_round_trips_to_the_loaded_catalog():
     (lambda d: d["mamf_default_share"]["fp8"].update(source=""), "mamf_default_share.fp8.source", "where the figure"),
     (lambda d: d["gpus"][8].update(mamf_bf16_flops={"value": 0, "source": "a sentence long enough"}),
      "gpus[8].mamf_bf16_flops.value", "positive"),
+    (lambda d: d["gpus"][0].update(gfx_target={"value": 942, "source": "a sentence long enough"}),
+     "gpus[0].gfx_target", "no gfx_target on an NVIDIA GPU"),
+    (lambda d: d["gpus"][15]["gfx_target"].update(value=9.42), "gpus[15].gfx_target.value", "positive whole number"),
 ])  # fmt: skip
 def test_a_wrong_catalog_file_names_the_file_and_field(tmp_path, mutate, field, says):
     path = _catalog_copy(tmp_path, mutate)
@@ -384,6 +387,20 @@ MAMF_TFLOPS = {
              "B200": 1745.0, "MI300X": 668.4, "MI325X": 784.9, "MI355X": 1565.0},
     "fp8": {"GH200": 1535.0, "H100-80GB": 1402.6, "H200": 1453.4, "B200": 3432.5},
 }
+
+
+# NVIDIA's compute capability table (developer.nvidia.com/cuda-gpus) and AMD's LLVM targets
+# (ROCm's GPU hardware specifications), for every GPU of the catalog.
+ARCH = {"A10G": 8.6, "L4": 8.9, "L40": 8.9, "L40S": 8.9, "A6000": 8.6, "RTX-6000-Ada": 8.9, "A100-40GB": 8.0,
+        "A100-80GB": 8.0, "H100-80GB": 9.0, "H100-PCIe": 9.0, "H100-NVL": 9.0, "H20": 9.0, "GH200": 9.0, "H200": 9.0,
+        "B200": 10.0, "V100-32GB": 7.0, "RTX-4090": 8.9, "RTX-5090": 12.0, "MI300X": 942, "MI325X": 942, "MI355X": 950}
+
+
+def test_every_gpu_states_its_architecture():
+    assert set(ARCH) == set(GPUS)
+    for gpu in GPUS.values():
+        key = "compute_capability" if gpu.vendor == "NVIDIA" else "gfx_target"
+        assert getattr(gpu, key) == ARCH[gpu.name] and gpu.sources[key], gpu.name
 
 
 def test_measured_matmul_flops_are_the_cited_table():

@@ -45,17 +45,21 @@ def test_the_cuda_graph_corpus_is_cited():
         assert entry["source"].startswith("https://") and entry["quote"], entry["id"]
 
 
-@pytest.mark.parametrize("log_id, model, tp", [
-    ("llama3-8b-80gb-tp1-v0-profiler", "meta-llama/Meta-Llama-3-8B", 1),
-    ("llama3-8b-80gb-tp2-v0-profiler", "meta-llama/Meta-Llama-3-8B", 2),
-    ("llama3-8b-a100-40gb-v0", "meta-llama/Meta-Llama-3-8B", 1),
-    ("gpt-oss-120b-h100-v0.14.1-oom", "openai/gpt-oss-120b", 1),
-    ("gpt-oss-120b-h100-v1-negative-kv", "openai/gpt-oss-120b", 1),
-    ("gpt-oss-20b-a100-gmu065-128k", "openai/gpt-oss-20b", 1),
+@pytest.mark.parametrize("log_id, model, tp, gpu", [
+    ("llama3-8b-80gb-tp1-v0-profiler", "meta-llama/Meta-Llama-3-8B", 1, None),
+    ("llama3-8b-80gb-tp2-v0-profiler", "meta-llama/Meta-Llama-3-8B", 2, None),
+    ("llama3-8b-a100-40gb-v0", "meta-llama/Meta-Llama-3-8B", 1, "A100-40GB"),
+    ("gpt-oss-120b-h100-v0.14.1-oom", "openai/gpt-oss-120b", 1, "H100-80GB"),
+    ("gpt-oss-120b-h100-v1-negative-kv", "openai/gpt-oss-120b", 1, "H100-80GB"),
+    ("gpt-oss-20b-a100-gmu065-128k", "openai/gpt-oss-20b", 1, "A100-80GB"),
+    ("gpt-oss-120b-4xa100-80gb-tp4-ray-gmu080-16k", "openai/gpt-oss-120b", 4, "A100-80GB"),
 ])  # fmt: skip
-def test_weights_match_model_loading_took(log_id, model, tp):
-    """Within 3% of vLLM's "Model loading took" line (per GPU at tp > 1)."""
-    got = estimate_weights(load_spec(model)).bytes_per_gpu(tp) / GiB
+def test_weights_match_model_loading_took(log_id, model, tp, gpu):
+    """Within 3% of vLLM's "Model loading took" line (per GPU at tp > 1), on the log's GPU (an
+    A100 runs MXFP4 experts through Marlin, whose padding at TP4 adds 6.7%)."""
+    from kvplan.model.gpus import get_gpu
+
+    got = estimate_weights(load_spec(model)).bytes_per_gpu(tp, get_gpu(gpu) if gpu else None) / GiB
     assert got == pytest.approx(loaded(log_id), rel=0.03)
 
 

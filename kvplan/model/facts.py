@@ -56,7 +56,7 @@ def model_facts(model: str, kv_dtype: str = "auto", tp: int = 1, gpu_name: str |
     gpu = get_gpu(gpu_name) if gpu_name else None
     return ModelFacts(
         layout=layout,
-        weight_bytes=weights.bytes_per_gpu(tp),
+        weight_bytes=weights.bytes_per_gpu(tp, gpu),
         gpu=gpu,
         flops_per_token=weights.flops_per_token / tp,
         params=weights.params,

@@ -75,8 +75,9 @@ GiB = 1024**3
 CATALOG_FILE = Path(__file__).with_name("gpus.json")
 FIGURES = ("memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes")
 # 0 when absent (no fp8 units; no figure; not measured)
-OPTIONAL = ("peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops")
-WHOLE = ("memory_bytes", "cuda_memory_bytes")  # figures in whole bytes
+OPTIONAL = ("peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops", "compute_capability",
+            "gfx_target")
+WHOLE = ("memory_bytes", "cuda_memory_bytes", "gfx_target")  # whole numbers (bytes; the gfx target)
 VENDORS = ("NVIDIA", "AMD")
 SHARES = ("bf16", "fp8")  # the keys of mamf_default_share
 MAX_CATALOG_BYTES = 4 * 2**20
@@ -97,6 +98,8 @@ class GPU:
     link_bytes_per_s: float = 0.0  # GPU-to-GPU bandwidth each way (NVLink, or PCIe without it)
     mamf_bf16_flops: float = 0.0  # measured maximum achievable bf16 matmul FLOP/s; 0: not measured
     mamf_fp8_flops: float = 0.0  # the same at fp8; 0: not measured (or no fp8 units)
+    compute_capability: float = 0.0  # NVIDIA: the CUDA compute capability (8.0 A100, 9.0 H100); 0: not stated
+    gfx_target: int = 0  # AMD: the LLVM gfx target (942 MI300X, 950 MI355X); 0: not stated
 
     @property
     def memory_gib(self) -> float:
@@ -169,10 +172,14 @@ def _entry(row, path: Path, where: str) -> tuple[GPU, tuple[str, ...]]:
         whole = key in WHOLE
         if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
                 or not math.isfinite(value) or value <= 0):
-            raise fail(f"expected a positive {'whole number of bytes' if whole else 'number'}", f"{key}.value")
+            what = ("whole number of bytes" if key.endswith("_bytes") else "whole number") if whole else "number"
+            raise fail(f"expected a positive {what}", f"{key}.value")
         if not isinstance(source, str) or len(source) < 20:
             raise fail("expected a sentence naming where the figure comes from", f"{key}.source")
         values[key], sources[key] = (value if whole else float(value)), source
+    foreign = "gfx_target" if row["vendor"] == "NVIDIA" else "compute_capability"
+    if foreign in row:
+        raise fail(f"expected no {foreign} on an {row['vendor']} GPU", foreign)
     return GPU(name=row["name"], vendor=row["vendor"], sources=sources, **values), tuple(aliases)
 
 

@@ -112,7 +112,7 @@ def size(
         gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, release=vllm_version,
         enable_prefix_caching=enable_prefix_caching, flashinfer=flashinfer)
-    common = dict(block_size=block_size, weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp),
+    common = dict(block_size=block_size, weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp, gpu_spec),
                   params=weights.params, gpu=gpu_spec, gpu_memory_utilization=gpu_memory_utilization, engine=engine,
                   engine_options=options, engine_shape=engine_shape(spec))
     report = size_model(layout, tokens=tokens if tokens is not None else spec.max_context, batch=batch,

@@ -43,7 +43,7 @@ def _memory(spec, layout, weights, gpu, tp, batch, context, chunk, enforce_eager
     from kvplan.model.weights import engine_shape
 
     fit = size_model(layout, tokens=context, batch=batch, weight_bytes=weights.bytes,
-                     weight_bytes_per_gpu=weights.bytes_per_gpu(tp), params=weights.params, gpu=gpu,
+                     weight_bytes_per_gpu=weights.bytes_per_gpu(tp, gpu), params=weights.params, gpu=gpu,
                      engine="vllm", engine_options=EngineOptions(max_num_batched_tokens=chunk,
                                                                  enforce_eager=enforce_eager),
                      engine_shape=engine_shape(spec))

@@ -506,8 +506,10 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
     embed_params, embed_bytes = parts.get("embeddings", (0, 0))
     lm_head_params = spec.vocab_size * spec.hidden_size
     lm_head_bytes = embed_bytes // (1 if spec.tie_embeddings else 2)
-    per_gpu = weights.bytes_per_gpu(tp)
-    dense_bytes = per_gpu - -(-experts_bytes // tp) - -(-embed_bytes // tp) + -(-lm_head_bytes // tp)
+    # the expert bytes streamed are the checkpoint's share of each rank, without the padding of
+    # MXFP4 layouts that the memory counts (kvplan/model/mxfp4.py): the constants were fitted so
+    per_gpu, expert_bytes = weights.split_bytes_per_gpu(tp), -(-experts_bytes // tp)
+    dense_bytes = per_gpu - expert_bytes - -(-embed_bytes // tp) + -(-lm_head_bytes // tp)
     active_expert_params = weights.active_params - (weights.params - experts_params)
     dense_active = weights.active_params - active_expert_params - embed_params
     num_experts, top_k = moe_shape(spec)
@@ -529,7 +531,7 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
         tp=tp,
         dense_bytes=max(dense_bytes, 0),
         dense_flops_per_token=2.0 * max(dense_active, 0) / tp,
-        expert_bytes=-(-experts_bytes // tp),
+        expert_bytes=expert_bytes,
         expert_flops_per_token=2.0 * active_expert_params / tp,
         num_experts=num_experts if experts_params else 0,
         top_k=top_k,

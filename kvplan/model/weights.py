@@ -10,13 +10,18 @@ the config reader, so a bad one is a ConfigError naming the file and the field.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvplan.errors import ConfigError
 from kvplan.model.config_reader import ConfigReader
 from kvplan.model.dtypes import DTYPE_BITS
 from kvplan.model.families.mamba import mamba2_shape
+from kvplan.model.mxfp4 import MXFP4_BITS, expert_bytes_per_rank, mxfp4_backend
 from kvplan.model.quant import scheme_of
 from kvplan.model.spec import LayerSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from kvplan.model.gpus import GPU
 
 DENSE_KEYS = ("intermediate_size_mlp", "ffn_dim", "ffn_hidden_size", "n_inner", "intermediate_size")
 NON_GATED = {"gpt2", "opt", "falcon", "RefinedWebModel", "RefinedWeb", "mpt", "gpt_bigcode", "starcoder2", "nemotron_h", "gpt_neox", "bloom"}
@@ -38,18 +43,35 @@ class WeightEstimate:
     components: tuple[tuple[str, int, int], ...] = ()  # (module kind, params, bytes)
     kv_proj_bytes: int = 0  # the K and V projections of every layer
     kv_heads: int = 1
+    mxfp4_experts: tuple[int, int, int] | None = None  # MXFP4 MoE: (experts x layers, hidden, intermediate)
 
     @property
     def flops_per_token(self) -> float:
         """Forward FLOPs per token: two per active parameter (multiply and add)."""
         return 2.0 * self.active_params
 
-    def bytes_per_gpu(self, tp: int = 1) -> int:
-        """What one of `tp` ranks loads."""
+    def bytes_per_gpu(self, tp: int = 1, gpu: GPU | None = None) -> int:
+        """What one of `tp` ranks loads (on `gpu`, whose kernels decide how MXFP4 experts are
+        padded: kvplan/model/mxfp4.py)."""
+        if self.mxfp4_experts is None:
+            return self.split_bytes_per_gpu(tp)
+        experts = sum(b for kind, _, b in self.components if kind == "experts")
+        return self.split_bytes_per_gpu(tp) - -(-experts // tp) + self.expert_bytes_per_gpu(tp, gpu)
+
+    def split_bytes_per_gpu(self, tp: int = 1) -> int:
+        """The checkpoint as loaded split over `tp` ranks, every linear layer but the router
+        evenly, without the per-rank padding of MXFP4 experts (what the step-time model streams:
+        its constants were fitted on it, kvplan/model/step_time.py)."""
         router = sum(b for kind, _, b in self.components if kind == "router")
         copies = -(-tp // self.kv_heads) if tp > self.kv_heads else 1  # each KV head on tp/kv ranks
         extra = self.kv_proj_bytes * (copies - 1)
         return -(-(self.bytes - router + extra) // tp) + router
+
+    def expert_bytes_per_gpu(self, tp: int = 1, gpu: GPU | None = None) -> int:
+        """The routed experts one of `tp` ranks holds (on `gpu`)."""
+        if self.mxfp4_experts is None:
+            return -(-sum(b for kind, _, b in self.components if kind == "experts") // tp)
+        return expert_bytes_per_rank(*self.mxfp4_experts, tp, mxfp4_backend(gpu))
 
 
 def estimate_weights(spec: ModelSpec, quantization: str | None = None) -> WeightEstimate:
@@ -70,13 +92,13 @@ def estimate_weights(spec: ModelSpec, quantization: str | None = None) -> Weight
             else:
                 attn += n
     dense, router, experts, active_experts = _mlp_params(spec, cfg)
-    expert_extra = _mxfp4_layout_bytes(spec, cfg, experts, scheme.bits_for("experts", bits)) \
-        if scheme.name == "mxfp4" and experts else 0
+    mxfp4 = _mxfp4_experts(spec, cfg, experts) \
+        if scheme.name == "mxfp4" and experts and scheme.bits_for("experts", bits) == MXFP4_BITS else None
     parts = {"embeddings": (embed, bits), "attention": (attn, scheme.bits_for("attention", bits)),
              "state": (state, scheme.bits_for("state", bits)), "mlp": (dense, scheme.bits_for("mlp", bits)),
              "router": (router, bits), "experts": (experts, scheme.bits_for("experts", bits))}
-    components = tuple((k, int(n), int(n * b // 8) + (expert_extra if k == "experts" else 0))
-                       for k, (n, b) in parts.items() if n)
+    components = tuple((k, int(n), expert_bytes_per_rank(*mxfp4, 1, mxfp4_backend(None))
+                        if k == "experts" and mxfp4 else int(n * b // 8)) for k, (n, b) in parts.items() if n)
     params = embed + attn + state + dense + router + experts
     active = params - experts + active_experts
     kv = [mixer for layer in spec.layers for mixer in layer.mixers if mixer.kind in ("full", "sliding")]
@@ -85,7 +107,7 @@ def estimate_weights(spec: ModelSpec, quantization: str | None = None) -> Weight
                           bytes=sum(b for _, _, b in components), scheme=scheme.name,
                           components=components,
                           kv_proj_bytes=int(kv_params * scheme.bits_for("attention", bits) // 8),
-                          kv_heads=min((layer.num_kv_heads for layer in kv), default=1))
+                          kv_heads=min((layer.num_kv_heads for layer in kv), default=1), mxfp4_experts=mxfp4)
 
 
 def _attention_params(spec: ModelSpec, cfg: ConfigReader, layer: LayerSpec, index: int) -> int:
@@ -242,14 +264,8 @@ def engine_shape(spec: ModelSpec) -> dict:
                 act_bytes=max(DTYPE_BITS[spec.dtype] // 8, 2), model_type=spec.model_type)
 
 
-def _mxfp4_layout_bytes(spec: ModelSpec, cfg: ConfigReader, experts: int, bits: float) -> int:
-    """Bytes vLLM's MXFP4 MoE layout adds to the checkpoint's experts (vllm/model_executor/layers/
-    quantization/mxfp4.py, create_weights): the hidden dimension padded to a multiple of 256 for
-    its kernels' swizzled layout, the intermediate one to a multiple of 64, and the expert
-    biases (gate_up and down, one per output row) held in float32 after loading."""
+def _mxfp4_experts(spec: ModelSpec, cfg: ConfigReader, experts: int) -> tuple[int, int, int]:
+    """(experts x MoE layers, hidden width, expert intermediate width) of an MXFP4 MoE checkpoint,
+    which vLLM pads per rank as its kernel backend needs (kvplan/model/mxfp4.py)."""
     hidden, size = spec.hidden_size, cfg.int("moe_intermediate_size", "intermediate_size")
-    padded = -(-hidden // 256) * 256 * (-(-size // 64) * 64)
-    per_expert_layer = 3 * hidden * size  # the expert params of one expert in one layer
-    count = experts // per_expert_layer  # experts x MoE layers
-    growth = int(experts * bits / 8 * (padded / (hidden * size) - 1))
-    return growth + count * (2 * size + hidden) * 4
+    return experts // (3 * hidden * size), hidden, size
