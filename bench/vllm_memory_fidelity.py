@@ -13,7 +13,8 @@ than TP x PP), are skipped: kvplan models tensor parallelism only. A setting the
 state takes vLLM's default (the utilization of the log's release,
 max_model_len the model's context, the batch defaults of `vllm serve`). Each log is predicted
 with the rules of the release it states (and, in 0.9-0.11.0, the sampler its log says it uses:
-`flashinfer`); a log that states none takes the rules of 0.16 (PRE_PROFILED_GRAPHS).
+`flashinfer`; an MXFP4 checkpoint's experts, the kernels its log names: `mxfp4_backend`); a log
+that states none takes the rules of 0.16 (PRE_PROFILED_GRAPHS).
 
 The corpus is held out by source (`source_group`, else the thread or page): the sources the
 constants of vllm_memory.py were checked on (CALIBRATION) and two thirds of the rest, by a hash of
@@ -91,7 +92,7 @@ def predict(entry: dict):
     weights = estimate_weights(spec)
     layout = build_layout(spec, entry.get("kv_cache_dtype") or "auto", tp)
     report = size_model(layout, tokens=entry["max_model_len"] or spec.max_context or 8192,
-                        weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp, gpu),
+                        weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp, gpu, entry.get("mxfp4_backend") or "auto"),
                         params=weights.params, gpu=gpu, engine="vllm",
                         engine_options=EngineOptions(
                             gpu_memory_utilization=entry["gpu_memory_utilization"] or 0.9,

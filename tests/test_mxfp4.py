@@ -50,3 +50,35 @@ def test_weights_per_gpu_follow_the_gpus_backend():
     assert triton == values * 1472 + count * (2 * 1472 + 3072) * 4
     assert w.bytes_per_gpu(2, a100) - w.bytes_per_gpu(2, h100) == marlin - triton
     assert w.bytes_per_gpu(1) == w.bytes  # no GPU named: the Triton layout, the checkpoint's total
+
+
+def test_a_forced_backend_takes_its_padding_on_any_gpu_that_runs_it():
+    """VLLM_MXFP4_USE_MARLIN=1 on an H100 lays the experts out as an A100 does (both Marlin)."""
+    w = estimate_weights(load_spec("openai/gpt-oss-120b"))
+    h100, a100, b200 = get_gpu("H100-80GB"), get_gpu("A100-80GB"), get_gpu("B200")
+    for tp in (1, 2, 4):
+        assert w.bytes_per_gpu(tp, h100, "marlin") == w.bytes_per_gpu(tp, a100)
+        assert w.bytes_per_gpu(tp, b200, "triton") == w.bytes_per_gpu(tp, h100)
+    assert mxfp4_backend(h100, "flashinfer") is FLASHINFER and mxfp4_backend(None, "marlin") is MARLIN
+    assert mxfp4_backend(get_gpu("MI355X"), "triton") == mxfp4_backend(get_gpu("MI355X"))
+
+
+@pytest.mark.parametrize("args, says", [
+    (["openai/gpt-oss-120b", "--gpu", "MI300X", "--mxfp4-backend", "marlin"], "expected auto or triton on an AMD GPU"),
+    (["openai/gpt-oss-120b", "--gpu", "A100-80GB", "--mxfp4-backend", "flashinfer"], "needs compute capability 9"),
+    (["openai/gpt-oss-120b", "--gpu", "H100-80GB", "--mxfp4-backend", "cutlass"], "expected one of auto, marlin"),
+    (["meta-llama/Meta-Llama-3-8B", "--mxfp4-backend", "marlin"], "applies to MXFP4 experts"),
+])  # fmt: skip
+def test_a_backend_the_gpu_or_model_cannot_take_is_one_line(run_cli, args, says):
+    code, out, err = run_cli("size", *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--mxfp4-backend" in err and says in err
+
+
+def test_size_says_which_kernels_the_experts_are_laid_out_for(run_cli):
+    code, out, _ = run_cli("size", "openai/gpt-oss-120b", "--gpu", "A100-80GB", "--tp", "4", "--json")
+    assert code == 0
+    import json
+
+    notes = json.loads(out)["notes"]
+    assert any("Marlin kernels (vLLM's pick on A100-80GB)" in n and "multiple of 128" in n for n in notes)

@@ -28,6 +28,7 @@ def size(
     enable_prefix_caching: Annotated[bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching (on by default); hybrid Mamba-style models then keep two state pages per request.")] = True,
     flashinfer: Annotated[bool, typer.Option("--flashinfer/--no-flashinfer", help="FlashInfer installed where vLLM runs (vLLM's Docker image has it; a pip install of 0.9-0.11.0 only with the [flashinfer] extra). In 0.9-0.11.0 it decides the profile's sampler memory: vLLM logs 'Using FlashInfer for top-p & top-k sampling' or 'FlashInfer is not available'.")] = True,
     allow_long_max_model_len: Annotated[bool, typer.Option("--allow-long-max-model-len", help="As vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a --tokens above the model's context starts (without it vLLM refuses it).")] = False,
+    mxfp4_backend: Annotated[str, typer.Option(help="The kernels vLLM runs MXFP4 experts (gpt-oss) with, which decide their padding per GPU: auto (vLLM's pick: Marlin below compute capability 9, Triton on Hopper, FlashInfer on Blackwell), marlin (VLLM_MXFP4_USE_MARLIN=1, or a Hopper install without triton_kernels: its log warns of weight-only FP4), triton or flashinfer.")] = "auto",
     json: JsonOpt = False,
 ) -> None:
     """Bytes of KV per token and per request, and what fits on a GPU.
@@ -40,8 +41,8 @@ def size(
                    kv_memory=kv_memory, block_size=block_size, engine=engine, quantization=quantization,
                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                    enforce_eager=enforce_eager, vllm_version=vllm_version, enable_prefix_caching=enable_prefix_caching,
-                   flashinfer=flashinfer,
-                   allow_long_max_model_len=allow_long_max_model_len)
+                   flashinfer=flashinfer, allow_long_max_model_len=allow_long_max_model_len,
+                   mxfp4_backend=mxfp4_backend)
     gpus = parse_list(gpu, "--gpu") if gpu is not None else [None]
     tps = [int(t) for t in parse_list(tp, "--tp", integers=True)]
     if len(gpus) * len(tps) > 1:

@@ -18,6 +18,12 @@ vLLM (vllm/model_executor/layers/quantization/mxfp4.py, `get_mxfp4_backend` and
 - AMD (ROCm, Triton): both widths padded to 256 on gfx950 (MI355X), else to 128.
 - No GPU named: the Triton rule (what the checkpoint takes on an H100).
 
+An install can force another backend: VLLM_MXFP4_USE_MARLIN=1 takes Marlin on any NVIDIA GPU
+from compute capability 8.0 (vLLM's own fallback where the triton_kernels package is missing, as
+on a Hopper pip install of the early gpt-oss releases, whose log then warns of weight-only FP4),
+and a Blackwell or Hopper install may run FlashInfer's. `kvplan size --mxfp4-backend` takes that
+choice; "auto" is vLLM's pick by GPU.
+
 Tensor parallelism splits each expert's intermediate width over the ranks before the padding, so
 a rank of TP4 pads 2,880 / 4 = 720 to 768 on Marlin (+6.7%), where TP1 pads 2,880 to 2,944.
 Each padded expert holds 3 x hidden x intermediate 4-bit values with one 8-bit scale per 32
@@ -48,8 +54,15 @@ TRITON = Backend("Triton", 64, 256, 4)
 FLASHINFER = Backend("FlashInfer", 256, 256, 4)
 
 
-def mxfp4_backend(gpu: GPU | None) -> Backend:
-    """The MoE backend vLLM runs MXFP4 experts with on `gpu` (the module docstring)."""
+CHOICES = ("auto", "marlin", "triton", "flashinfer")
+FIELD = "--mxfp4-backend"
+
+
+def mxfp4_backend(gpu: GPU | None, choice: str = "auto") -> Backend:
+    """The MoE backend vLLM runs MXFP4 experts with on `gpu`: its pick by architecture, or the
+    one an install forces (`choice`), where the GPU can run it (the module docstring)."""
+    if choice != "auto":
+        return _forced(gpu, choice)
     if gpu is None:
         return TRITON
     if gpu.vendor == "AMD":
@@ -61,6 +74,23 @@ def mxfp4_backend(gpu: GPU | None) -> Backend:
     if 10 <= cc < 11:
         return FLASHINFER
     return TRITON
+
+
+def _forced(gpu: GPU | None, choice: str) -> Backend:
+    from kvplan.errors import UsageError
+
+    if choice not in CHOICES:
+        raise UsageError(f"expected one of {', '.join(CHOICES)}, got {choice!r}", field=FIELD)
+    if choice == "triton":
+        return mxfp4_backend(gpu) if gpu is not None and gpu.vendor == "AMD" else TRITON
+    if gpu is not None and gpu.vendor == "AMD":
+        raise UsageError(f"expected auto or triton on an AMD GPU ({gpu.name}): vLLM runs MXFP4 experts "
+                         f"there with its ROCm kernels, not {choice}", field=FIELD)
+    need = 8.0 if choice == "marlin" else 9.0
+    if gpu is not None and 0 < gpu.compute_capability < need:
+        raise UsageError(f"{choice} needs compute capability {need:g} or above; {gpu.name} has "
+                         f"{gpu.compute_capability:g}", field=FIELD)
+    return MARLIN if choice == "marlin" else FLASHINFER
 
 
 def _round_up(n: int, align: int) -> int:
@@ -76,4 +106,4 @@ def expert_bytes_per_rank(count: int, hidden: int, intermediate: int, tp: int, b
     return count * (int(values) + (2 * i + h) * backend.bias_bytes)
 
 
-__all__ = ["Backend", "MXFP4_BITS", "expert_bytes_per_rank", "mxfp4_backend"]
+__all__ = ["Backend", "CHOICES", "MXFP4_BITS", "expert_bytes_per_rank", "mxfp4_backend"]

@@ -10,6 +10,7 @@ from kvplan.model.dtypes import KV_DTYPE_CHOICES
 from kvplan.model.concurrency_note import concurrency_note
 from kvplan.model.fit import SizeReport, size_model, sliding_batch
 from kvplan.model.layout import KVLayout
+from kvplan.model.mxfp4 import CHOICES as MXFP4_CHOICES, mxfp4_backend
 from kvplan.model.resolve import load_spec
 from kvplan.model.vllm_memory import (VLLM_RELEASE, EngineOptions, flashinfer_decides, long_max_len_reason,
                                       release_rules)
@@ -66,6 +67,7 @@ def size(
     enable_prefix_caching: bool = True,
     flashinfer: bool = True,
     allow_long_max_model_len: bool = False,
+    mxfp4_backend: str = "auto",
     explore: bool = True,
 ) -> SizeRun:
     """Everything `kvplan size` prints, as data; bad options raise KvplanError naming the option.
@@ -84,6 +86,8 @@ def size(
         if value is not None and not 1 <= value <= 2**31:
             raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=flag)
     release_rules(vllm_version)  # a bad release is refused before any work
+    if mxfp4_backend not in MXFP4_CHOICES:
+        raise UsageError(f"expected one of {', '.join(MXFP4_CHOICES)}, got {mxfp4_backend!r}", field="--mxfp4-backend")
     if kv_dtype not in KV_DTYPE_CHOICES:
         raise UsageError(f"expected one of {', '.join(KV_DTYPE_CHOICES)}, got {kv_dtype!r}", field="--kv-dtype")
     if gpu_memory_utilization is not None and gpu is None:
@@ -105,6 +109,10 @@ def size(
     weights = estimate_weights(spec, quantization)
     if weights.scheme != "none":
         notes.append(f"weights as loaded: {weights.scheme}")
+    if weights.mxfp4_experts is not None:
+        notes.append(_mxfp4_note(gpu_spec, mxfp4_backend))
+    elif mxfp4_backend != "auto":
+        raise UsageError(f"applies to MXFP4 experts (gpt-oss); {model} has none", field="--mxfp4-backend")
     if tokens is None and spec.max_context is None:
         raise ConfigError("missing; the config states no context length (ALiBi models such as BLOOM "
                           "have none), so give --tokens", file=spec.source, field="max_position_embeddings")
@@ -112,7 +120,7 @@ def size(
         gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, release=vllm_version,
         enable_prefix_caching=enable_prefix_caching, flashinfer=flashinfer)
-    common = dict(block_size=block_size, weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp, gpu_spec),
+    common = dict(block_size=block_size, weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp, gpu_spec, mxfp4_backend),
                   params=weights.params, gpu=gpu_spec, gpu_memory_utilization=gpu_memory_utilization, engine=engine,
                   engine_options=options, engine_shape=engine_shape(spec))
     report = size_model(layout, tokens=tokens if tokens is not None else spec.max_context, batch=batch,
@@ -143,7 +151,7 @@ def size(
                     max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                     enforce_eager=enforce_eager, vllm_version=vllm_version,
                     enable_prefix_caching=enable_prefix_caching, flashinfer=flashinfer,
-                    allow_long_max_model_len=allow_long_max_model_len)
+                    allow_long_max_model_len=allow_long_max_model_len, mxfp4_backend=mxfp4_backend)
     at = {}
     for length in COMMON_CONTEXTS:
         if length != report.tokens and (spec.max_context is None or length <= spec.max_context):
@@ -156,6 +164,15 @@ def size(
             would.update(_batch_fix(model, gpu_spec.name, tp, would.get("gpu"), fit_args))
         run = replace(run, would_fit=would)
     return run
+
+
+def _mxfp4_note(gpu, choice: str) -> str:
+    """Which kernels the MXFP4 experts are laid out for, and why (kvplan/model/mxfp4.py)."""
+    backend = mxfp4_backend(gpu, choice)
+    why = ("as --mxfp4-backend asks" if choice != "auto" else
+           f"vLLM's pick on {gpu.name}" if gpu is not None else "vLLM's pick on a Hopper GPU; --gpu names yours")
+    return (f"MXFP4 experts padded for vLLM's {backend.name} kernels ({why}): each rank's expert width to a "
+            f"multiple of {backend.intermediate_align}")
 
 
 def _batch_fix(model: str, gpu: str, tp: int, other_gpu: str | None, args: dict) -> dict:

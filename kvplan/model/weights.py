@@ -16,7 +16,7 @@ from kvplan.errors import ConfigError
 from kvplan.model.config_reader import ConfigReader
 from kvplan.model.dtypes import DTYPE_BITS
 from kvplan.model.families.mamba import mamba2_shape
-from kvplan.model.mxfp4 import MXFP4_BITS, expert_bytes_per_rank, mxfp4_backend
+from kvplan.model.mxfp4 import MXFP4_BITS, expert_bytes_per_rank, mxfp4_backend as backend_for
 from kvplan.model.quant import scheme_of
 from kvplan.model.spec import LayerSpec, ModelSpec
 
@@ -50,13 +50,13 @@ class WeightEstimate:
         """Forward FLOPs per token: two per active parameter (multiply and add)."""
         return 2.0 * self.active_params
 
-    def bytes_per_gpu(self, tp: int = 1, gpu: GPU | None = None) -> int:
-        """What one of `tp` ranks loads (on `gpu`, whose kernels decide how MXFP4 experts are
-        padded: kvplan/model/mxfp4.py)."""
+    def bytes_per_gpu(self, tp: int = 1, gpu: GPU | None = None, mxfp4_backend: str = "auto") -> int:
+        """What one of `tp` ranks loads (on `gpu`, whose kernels, or those `mxfp4_backend` forces,
+        decide how MXFP4 experts are padded: kvplan/model/mxfp4.py)."""
         if self.mxfp4_experts is None:
             return self.split_bytes_per_gpu(tp)
         experts = sum(b for kind, _, b in self.components if kind == "experts")
-        return self.split_bytes_per_gpu(tp) - -(-experts // tp) + self.expert_bytes_per_gpu(tp, gpu)
+        return self.split_bytes_per_gpu(tp) - -(-experts // tp) + self.expert_bytes_per_gpu(tp, gpu, mxfp4_backend)
 
     def split_bytes_per_gpu(self, tp: int = 1) -> int:
         """The checkpoint as loaded split over `tp` ranks, every linear layer but the router
@@ -67,11 +67,11 @@ class WeightEstimate:
         extra = self.kv_proj_bytes * (copies - 1)
         return -(-(self.bytes - router + extra) // tp) + router
 
-    def expert_bytes_per_gpu(self, tp: int = 1, gpu: GPU | None = None) -> int:
+    def expert_bytes_per_gpu(self, tp: int = 1, gpu: GPU | None = None, mxfp4_backend: str = "auto") -> int:
         """The routed experts one of `tp` ranks holds (on `gpu`)."""
         if self.mxfp4_experts is None:
             return -(-sum(b for kind, _, b in self.components if kind == "experts") // tp)
-        return expert_bytes_per_rank(*self.mxfp4_experts, tp, mxfp4_backend(gpu))
+        return expert_bytes_per_rank(*self.mxfp4_experts, tp, backend_for(gpu, mxfp4_backend))
 
 
 def estimate_weights(spec: ModelSpec, quantization: str | None = None) -> WeightEstimate:
@@ -97,7 +97,7 @@ def estimate_weights(spec: ModelSpec, quantization: str | None = None) -> Weight
     parts = {"embeddings": (embed, bits), "attention": (attn, scheme.bits_for("attention", bits)),
              "state": (state, scheme.bits_for("state", bits)), "mlp": (dense, scheme.bits_for("mlp", bits)),
              "router": (router, bits), "experts": (experts, scheme.bits_for("experts", bits))}
-    components = tuple((k, int(n), expert_bytes_per_rank(*mxfp4, 1, mxfp4_backend(None))
+    components = tuple((k, int(n), expert_bytes_per_rank(*mxfp4, 1, backend_for(None))
                         if k == "experts" and mxfp4 else int(n * b // 8)) for k, (n, b) in parts.items() if n)
     params = embed + attn + state + dense + router + experts
     active = params - experts + active_experts
