@@ -26,14 +26,20 @@ from kvplan.model.spec import LayerSpec, ModelSpec
 LAYERS_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
 HEADS_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
-CONTEXT_KEYS = (
+CONTEXT_KEYS = (  # vLLM's (possible_keys in vllm/config/model.py), and GPT-2's n_ctx
     "max_position_embeddings",
     "n_positions",
     "max_seq_len",
     "seq_length",
+    "model_max_length",
+    "max_target_positions",
     "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
     "n_ctx",
 )
+# RoPE types whose context field already counts the scaling (vLLM leaves them unscaled)
+SCALED_IN_CONTEXT = ("su", "longrope", "llama3")
 MAX_LAYERS = 10_000  # the deepest models have a few hundred layers
 MAX_CONFIG_BYTES = 16 * 2**20
 # transformers' own class defaults, used when a config leaves the context out.
@@ -60,7 +66,7 @@ def read_model(raw: dict[str, Any], name: str, source: str) -> ModelSpec:
     heads = cfg.int(*HEADS_KEYS)
     # Read whichever context field exists; a config with none (BLOOM: ALiBi has no position limit)
     # is fine as long as the caller says how many tokens (`kvplan size --tokens`).
-    context = cfg.int(*CONTEXT_KEYS, default=DEFAULT_CONTEXT.get(model_type, 0)) or None
+    context = _context(cfg, model_type, str(raw.get("model_type") or ""))
     layers = _layers(cfg, model_type, num_layers, hidden, heads, context or MAX_VALUE)
     vocab = cfg.int("vocab_size", "padded_vocab_size")
     tie = cfg.bool("tie_word_embeddings", default=_ties_by_default(model_type))
@@ -224,6 +230,39 @@ def _layer_types(cfg: ConfigReader, model_type: str, num_layers: int) -> list[st
 def _window_on_by_default(model_type: str) -> bool:
     """transformers' Qwen2/Qwen3 configs default use_sliding_window to false; other families have no switch."""
     return not model_type.startswith("qwen")
+
+
+def _context(cfg: ConfigReader, model_type: str, top_type: str) -> int | None:
+    """The context vLLM derives as the default max_model_len (vllm/config/model.py,
+    `_get_and_verify_max_len`): the smallest context field present, times the RoPE scaling
+    factor (`rope_parameters`, or `rope_scaling` before transformers 5; a yarn one scales its
+    `original_max_position_embeddings`), except for the RoPE types whose field already counts it
+    (su, longrope, llama3) and Gemma 3, whose 128K does too. None: the config states none."""
+    present = [cfg.int(key) for key in CONTEXT_KEYS if cfg.has(key)]
+    if not present:
+        return DEFAULT_CONTEXT.get(model_type) or None
+    context = min(present)
+    key = next((k for k in ("rope_parameters", "rope_scaling") if cfg.has(k)), None)
+    if key is None or "gemma3" in model_type or "gemma3" in top_type:
+        return context
+    rope = cfg.sub(key)
+    nested = bool(rope.raw) and all(isinstance(v, dict) for v in rope.raw.values())  # one per layer type
+    factor = 1.0
+    for group in ([rope.sub(k) for k in rope.raw] if nested else [rope]):
+        kind = group.raw.get("rope_type", group.raw.get("type", "default"))
+        if not isinstance(kind, str):
+            raise ConfigError(f"expected a string, got {kind!r}", file=cfg.source,
+                              field=group.prefix + ("rope_type" if "rope_type" in group.raw else "type"))
+        if kind in SCALED_IN_CONTEXT:
+            continue
+        factor = group.number("factor", default=factor)
+        if kind == "yarn":
+            context = group.int("original_max_position_embeddings")
+    scaled = int(context * factor)
+    if not 1 <= scaled <= MAX_VALUE:
+        raise ConfigError(f"expected a factor that keeps the context from 1 to {MAX_VALUE:,}, got {factor:g}",
+                          file=cfg.source, field=f"{key}.factor")
+    return scaled
 
 
 def _windows(cfg: ConfigReader, model_type: str, context: int) -> dict[str, int | None]:
