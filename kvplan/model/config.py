@@ -71,8 +71,9 @@ def read_model(raw: dict[str, Any], name: str, source: str) -> ModelSpec:
     vocab = cfg.int("vocab_size", "padded_vocab_size")
     tie = cfg.bool("tie_word_embeddings", default=_ties_by_default(model_type))
     spec_raw = cfg.raw
-    if cfg is not top and "quantization_config" in raw and "quantization_config" not in spec_raw:
-        spec_raw = {**spec_raw, "quantization_config": raw["quantization_config"]}  # where the hub puts it
+    for key in ("quantization_config", "vision_config"):  # where the hub puts them: beside text_config
+        if cfg is not top and key in raw and key not in spec_raw:
+            spec_raw = {**spec_raw, key: raw[key]}
     return ModelSpec(
         name=name,
         source=source,

@@ -52,20 +52,25 @@ class WeightEstimate:
 
     def bytes_per_gpu(self, tp: int = 1, gpu: GPU | None = None, mxfp4_backend: str = "auto") -> int:
         """What one of `tp` ranks loads (on `gpu`, whose kernels, or those `mxfp4_backend` forces,
-        decide how MXFP4 experts are padded: kvplan/model/mxfp4.py)."""
+        decide how MXFP4 experts are padded: kvplan/model/mxfp4.py), the vision tower included."""
+        loaded = self.split_bytes_per_gpu(tp) + -(-self.part_bytes("vision") // tp)
         if self.mxfp4_experts is None:
-            return self.split_bytes_per_gpu(tp)
-        experts = sum(b for kind, _, b in self.components if kind == "experts")
-        return self.split_bytes_per_gpu(tp) - -(-experts // tp) + self.expert_bytes_per_gpu(tp, gpu, mxfp4_backend)
+            return loaded
+        return loaded - -(-self.part_bytes("experts") // tp) + self.expert_bytes_per_gpu(tp, gpu, mxfp4_backend)
+
+    def part_bytes(self, kind: str) -> int:
+        """The bytes of one kind of module (a `components` kind; 0 if the model has none)."""
+        return sum(b for k, _, b in self.components if k == kind)
 
     def split_bytes_per_gpu(self, tp: int = 1) -> int:
-        """The checkpoint as loaded split over `tp` ranks, every linear layer but the router
-        evenly, without the per-rank padding of MXFP4 experts (what the step-time model streams:
-        its constants were fitted on it, kvplan/model/step_time.py)."""
-        router = sum(b for kind, _, b in self.components if kind == "router")
+        """The language model as loaded split over `tp` ranks, every linear layer but the router
+        evenly, without the per-rank padding of MXFP4 experts or a multimodal checkpoint's vision
+        tower, which no text token passes (what the step-time model streams: its constants were
+        fitted on it, kvplan/model/step_time.py)."""
+        router = self.part_bytes("router")
         copies = -(-tp // self.kv_heads) if tp > self.kv_heads else 1  # each KV head on tp/kv ranks
         extra = self.kv_proj_bytes * (copies - 1)
-        return -(-(self.bytes - router + extra) // tp) + router
+        return -(-(self.bytes - router - self.part_bytes("vision") + extra) // tp) + router
 
     def expert_bytes_per_gpu(self, tp: int = 1, gpu: GPU | None = None, mxfp4_backend: str = "auto") -> int:
         """The routed experts one of `tp` ranks holds (on `gpu`)."""
@@ -92,15 +97,17 @@ def estimate_weights(spec: ModelSpec, quantization: str | None = None) -> Weight
             else:
                 attn += n
     dense, router, experts, active_experts = _mlp_params(spec, cfg)
+    vision = _vision_params(spec, cfg)
     mxfp4 = _mxfp4_experts(spec, cfg, experts) \
         if scheme.name == "mxfp4" and experts and scheme.bits_for("experts", bits) == MXFP4_BITS else None
     parts = {"embeddings": (embed, bits), "attention": (attn, scheme.bits_for("attention", bits)),
              "state": (state, scheme.bits_for("state", bits)), "mlp": (dense, scheme.bits_for("mlp", bits)),
-             "router": (router, bits), "experts": (experts, scheme.bits_for("experts", bits))}
+             "router": (router, bits), "experts": (experts, scheme.bits_for("experts", bits)),
+             "vision": (vision, bits)}
     components = tuple((k, int(n), expert_bytes_per_rank(*mxfp4, 1, backend_for(None))
                         if k == "experts" and mxfp4 else int(n * b // 8)) for k, (n, b) in parts.items() if n)
-    params = embed + attn + state + dense + router + experts
-    active = params - experts + active_experts
+    params = embed + attn + state + dense + router + experts + vision
+    active = params - experts + active_experts - vision
     kv = [mixer for layer in spec.layers for mixer in layer.mixers if mixer.kind in ("full", "sliding")]
     kv_params = sum(2 * hidden * layer.num_kv_heads * layer.head_dim for layer in kv)
     return WeightEstimate(params=int(params), active_params=int(active),
@@ -126,6 +133,33 @@ def _attention_params(spec: ModelSpec, cfg: ConfigReader, layer: LayerSpec, inde
     if blocks and blocks[index]["attention"].get("replace_with_linear"):
         return hidden * hidden
     return 0
+
+
+def _vision_params(spec: ModelSpec, cfg: ConfigReader) -> int:
+    """A multimodal checkpoint's vision tower, which vLLM loads beside the language model (and splits
+    over the TP ranks with parallel linear layers): a ViT of `num_hidden_layers` (`depth`) blocks of
+    width `hidden_size` (`embed_dim` where hidden_size names the language model's, as Qwen2-VL's
+    does), each full multi-head attention (q, k, v, o: 4 x width^2) and an MLP (fc1 and fc2, or
+    gate, up and down where the activation is SiLU: Pixtral's, Qwen2.5-VL's); the patch embedding
+    (channels x patch^2 x width, times temporal_patch_size for video), learned positions where an
+    image_size is stated ((image_size / patch)^2 x width), and the projection of the merged patches
+    (width x spatial_merge_size^2) into the language model's hidden size (Gemma 3's
+    mm_input_projection; the first layer of a larger projector). 0 without a `vision_config`."""
+    if not isinstance(spec.raw.get("vision_config"), dict):
+        return 0
+    vc = cfg.sub("vision_config")
+    layers = vc.int("num_hidden_layers", "depth")
+    width = vc.int("embed_dim", "hidden_size")
+    mlp = vc.int("intermediate_size", default=int(vc.number("mlp_ratio", 4.0) * width))
+    gated = vc.raw.get("hidden_act") == "silu"
+    patch = vc.int("patch_size")
+    patch_embed = vc.int("num_channels", "in_chans", "in_channels", default=3) * patch * patch * width \
+        * vc.int("temporal_patch_size", default=1)
+    positions = (vc.int("image_size") // patch) ** 2 * width if vc.has("image_size") else 0
+    merge = vc.int("spatial_merge_size", default=1)
+    out = vc.int("out_hidden_size", default=spec.hidden_size)
+    return layers * (4 * width * width + (3 if gated else 2) * width * mlp) + patch_embed + positions \
+        + width * merge * merge * out
 
 
 def _state_params(spec: ModelSpec, cfg: ConfigReader) -> int:
