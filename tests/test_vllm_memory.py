@@ -414,3 +414,48 @@ def test_a_hybrid_pool_without_a_gpu_names_the_chunk_its_concurrency_assumes():
     assumed = size_run("openai/gpt-oss-120b", tp=4, kv_memory=pool, tokens=16384)
     assert any("Without a GPU the chunk is taken as 8,192" in n for n in assumed.notes)
     assert not any("Without a GPU" in n for n in run.notes)
+
+
+def test_the_sampler_warm_up_after_the_kv_cache_can_run_short():
+    """vLLM allocates the pool, captures the CUDA graphs (outside the pool before 0.20), then warms
+    the sampler up with min(max_num_seqs, max_num_batched_tokens) dummy requests (gpu_worker.py,
+    compile_or_warm_up_model). It has the activation the profile freed and the share the utilization
+    leaves, less what was in use before the snapshot and the graphs: at 0.99 of an L4 (0.22 GiB
+    left) that cannot hold the context and the graphs; at 0.90 (2.2 GiB) it can."""
+    tight = size("meta-llama/Meta-Llama-3-8B", gpu="L4", tokens=8192, gpu_memory_utilization=0.99,
+                 vllm_version="0.16")
+    m = tight.memory_breakdown
+    assert m["kv"] > 0 and not m["cuda_graphs_in_pool"]
+    assert m["warmup"] <= m["activation"]  # the profile measured the same sampler pass
+    assert tight.reason.startswith("CUDA out of memory occurred when warming up sampler with 256 dummy requests")
+    assert not tight.fits
+    roomy = size("meta-llama/Meta-Llama-3-8B", gpu="L4", tokens=8192, gpu_memory_utilization=0.90,
+                 vllm_version="0.16")
+    assert roomy.reason is None and roomy.fits
+    assert roomy.memory_breakdown["free_after_sizing"] > roomy.memory_breakdown["warmup"]
+
+
+@pytest.mark.parametrize("model", ["meta-llama/Meta-Llama-3-8B", "openai/gpt-oss-20b", "Qwen/Qwen3-30B-A3B",
+                                   "google/gemma-3-27b-it"])
+@pytest.mark.parametrize("seqs, tokens", [(1, 8192), (256, 2048), (1024, 8192), (4096, 2048)])
+def test_the_warm_up_never_needs_more_than_the_profile_peak(model, seqs, tokens):
+    m = size(model, gpu="H200", tokens=4096, max_num_seqs=seqs, max_num_batched_tokens=tokens).memory_breakdown
+    assert 0 < m["warmup"] <= m["activation"]
+
+
+@pytest.mark.parametrize("tp, communicator", [(1, 0), (2, 544 * 10**6), (4, 688 * 10**6), (8, 688 * 10**6)])
+def test_tensor_parallel_ranks_count_one_nccl_communicator_in_the_profile_and_one_before(tp, communicator):
+    """NCCL's own measurement of a communicator (NVIDIA/nccl#964): 544 MB over 2 GPUs, 688 MB over
+    more; vLLM's profile sees the one built or connected inside it, and the one pynccl builds at init
+    is in use before the snapshot, beside the CUDA context."""
+    m = size("meta-llama/Llama-3.1-70B-Instruct", gpu="H100-80GB", tokens=8192, tp=tp).memory_breakdown
+    assert m["non_torch"] == int(0.1 * GiB) + communicator
+    assert m["before_profile"] == int(0.5 * GiB) + communicator
+
+
+def test_llm_d_tp2_logs_state_the_non_torch_memory_of_one_communicator():
+    """llm-d's two tp=2 H100 logs print 0.54 and 0.55 GiB of non-torch memory."""
+    for log_id in ("llama33-70b-fp8-dynamic-2xh100-tp2-llmd-16k", "qwen3-32b-2xh100-tp2-llmd-16k"):
+        logged = LOGS[log_id]["logged"]["non_torch_memory_gib"]
+        m = size(LOGS[log_id]["model"], gpu="H100-80GB", tokens=16000, tp=2).memory_breakdown
+        assert abs(m["non_torch"] / GiB - logged) <= 0.1, (log_id, logged)

@@ -26,7 +26,7 @@ from kvplan.model.gpus import GPU
 from kvplan.model.layout import KVLayout
 from kvplan.model.vllm_kv_groups import KVGroups, is_hybrid, kv_groups, longest_fitting
 from kvplan.model.vllm_memory import (SERVE_BATCH_LARGE, EngineOptions, StartupMemory, default_batch, max_len_reason,
-                                      no_kv_reason, startup_memory, weights_reason)
+                                      no_kv_reason, startup_memory, warmup_reason, weights_reason)
 
 MAX_TOKENS = 2**31  # the longest request searched for when a model states no context
 BARE_UTILIZATION = 0.92  # engine "none": the share of the device's memory kvplan has always used
@@ -167,10 +167,12 @@ def _verdict(layout: KVLayout, groups: KVGroups | None, memory: StartupMemory, m
         if needed > memory.kv:
             longest = groups.longest_context(memory.kv, batched, layout.max_context or MAX_TOKENS)
             return max_len_reason(max_model_len, needed, memory.kv, longest)
-        return None
-    needed = layout.seq_bytes_in_blocks(max_model_len, block_size)
-    if needed > memory.kv:
-        return max_len_reason(max_model_len, needed, memory.kv, longest_context(layout, memory.kv, block_size))
+    else:
+        needed = layout.seq_bytes_in_blocks(max_model_len, block_size)
+        if needed > memory.kv:
+            return max_len_reason(max_model_len, needed, memory.kv, longest_context(layout, memory.kv, block_size))
+    if memory.warmup > memory.free_after_sizing:  # the pool is allocated, then the warm-up runs short
+        return warmup_reason(min(memory.max_num_seqs, memory.max_num_batched_tokens))
     return None
 
 

@@ -58,7 +58,19 @@ The verdicts use vLLM's own wording (vllm/v1/core/kv_cache_utils.py):
 - the weights alone pass the GPU: loading ends in CUDA out of memory;
 - nothing is left for the KV cache: "No available memory for the cache blocks";
 - one request of max_model_len needs more KV than the pool: "To serve at least one request with
-  the model's max seq len ...", with the longest context that would fit, as vLLM estimates it.
+  the model's max seq len ...", with the longest context that would fit, as vLLM estimates it;
+- the pool is allocated, and then the sampler warm-up runs out of memory: "CUDA out of memory
+  occurred when warming up sampler with N dummy requests" (vllm/v1/worker/gpu_model_runner.py).
+  After the KV cache, `compile_or_warm_up_model` (gpu_worker.py) captures the CUDA graphs and then
+  runs a forward pass of N = min(max_num_seqs, max_num_batched_tokens) tokens and the sampler over
+  its N rows, with the profile's own sampling parameters: the profile's peak covered it, and the
+  activation it freed is free again (no empty_cache runs after the KV cache). What it has:
+      free = total x (1 - utilization) + activation peak - before profile - graphs outside the pool
+  where "before profile" is what was in use before vLLM's snapshot (the CUDA context, the NCCL
+  communicator pynccl builds at init) and the graphs count before 0.20, when they were captured
+  outside the pool. At 0.95 of an 80 GB GPU that is about 4 GiB plus the freed peak: llm-d's
+  Qwen3-32B at tp=2 on 0.11.0 (llm-d/llm-d#787) allocated 41.87 GiB of KV (kvplan: 41.53) and then
+  failed here, through graphs larger than kvplan's estimate (two sets of 67, FULL_AND_PIECEWISE).
 """
 
 from __future__ import annotations
@@ -129,12 +141,37 @@ FLASHINFER_SAMPLER_BYTES = 14
 FLASHINFER_BY_DEFAULT = ((0, 9, 0), (0, 11, 0))
 # Non-torch memory allocated while profiling: cuBLAS and attention workspaces, lazily loaded
 # kernels; 0.1 GiB at tp=1, as the corpus's whole breakdowns show it (0.07-0.14 GiB: llm-d's H100
-# runs, a Qwen3-4B log of 0.10.2). At tp > 1 also the NCCL communicator the logits' all-gather
-# creates on its first use inside the profile (up to 0.26) and NCCL's lazily made connections:
-# llm-d's two tp=2 logs show 0.54-0.55 GiB, other reports about 2 GiB (the init-time buffers count
-# too before 0.11); 1 GiB stays until logs that state their release pin it down.
+# runs, a Qwen3-4B log of 0.10.2). At tp > 1 also one NCCL communicator's buffers: 0.10-0.24 build
+# the TP group's torch communicator lazily, at the logits' all-gather inside the profile
+# (LogitsProcessor._gather_logits -> dist.all_gather_into_tensor); from 0.25 that all-gather takes
+# the pynccl communicator made at init, whose ring and tree buffers NCCL 2.22 and later connect at
+# its first collective when cuMem is on (vLLM 0.11 on), inside the profile as well. NCCL's own
+# measurement of one communicator (NVIDIA/nccl#964, 4 A100s under PyTorch): "for group with only 2
+# devices, it requires 544 MB. And for group with more than 2 devices, it requires 688 MB"; llm-d's
+# two tp=2 H100 logs show 0.54-0.55 GiB in all. (NVLink SHARP buffers, only above 2 GPUs on an
+# NVSwitch node, are 16 channels x 2 x 1 MiB per rank with NCCL 2.21 on: 0.125 GiB at tp=4.)
 NON_TORCH_TP1 = int(0.1 * GiB)
-NON_TORCH_TP = int(1.0 * GiB)
+NCCL_COMMUNICATOR_2 = 544 * 10**6
+NCCL_COMMUNICATOR_MORE = 688 * 10**6
+# In use before vLLM's memory snapshot (Worker.init_device, after the distributed environment is
+# up), so outside the budget, in the share the utilization leaves: the CUDA context (about 0.5 GiB
+# with lazy module loading), and at tp > 1 the communicator pynccl builds at init (the sizes above).
+CUDA_CONTEXT = int(0.5 * GiB)
+
+
+def nccl_communicator(tp: int) -> int:
+    """GPU memory of one NCCL communicator over `tp` ranks (0 at tp=1; see NCCL_COMMUNICATOR_2)."""
+    return 0 if tp <= 1 else NCCL_COMMUNICATOR_2 if tp == 2 else NCCL_COMMUNICATOR_MORE
+
+
+def non_torch_memory(tp: int) -> int:
+    """Non-torch memory vLLM's profile measures on each of `tp` ranks (see NON_TORCH_TP1)."""
+    return NON_TORCH_TP1 + nccl_communicator(tp)
+
+
+def before_profile(tp: int) -> int:
+    """Memory in use on each of `tp` ranks before vLLM's snapshot (see CUDA_CONTEXT)."""
+    return CUDA_CONTEXT + nccl_communicator(tp)
 # CUDA graphs: a base plus a share per layer at vLLM's default capture sizes up to 512, scaled by
 # how many sizes are captured (the capture's memory is its largest graph plus a little per graph
 # more: vLLM's own estimate, profile_cudagraph_memory, counts it so).
@@ -233,9 +270,19 @@ class StartupMemory:
     max_num_batched_tokens: int
     max_num_seqs: int
     release: str
+    before_profile: int = 0  # in use before vLLM's memory snapshot, outside the budget (CUDA context, NCCL)
+    warmup: int = 0  # what the sampler warm-up after the KV cache holds at its peak
+
+    @property
+    def free_after_sizing(self) -> int:
+        """What the GPU has free once the KV cache is allocated and the CUDA graphs captured: the
+        share the utilization leaves out, plus the activation peak the profile freed, less what was
+        in use before the snapshot and the graphs captured outside the pool (see after_sizing)."""
+        outside = 0 if self.cuda_graphs_in_pool else self.cuda_graphs
+        return self.total - self.requested + self.activation - self.before_profile - outside
 
     def breakdown(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "free_after_sizing": self.free_after_sizing}
 
 
 def activation_peak(hidden: int, mlp_width: int, vocab: int, tp: int, act_bytes: int,
@@ -245,6 +292,16 @@ def activation_peak(hidden: int, mlp_width: int, vocab: int, tp: int, act_bytes:
     forward = tokens * (A_HIDDEN * hidden + A_MLP * -(-mlp_width // tp)) * act_bytes
     sampler = (tokens + rows) * hidden * act_bytes + rows * vocab * sampler_bytes(release, flashinfer)
     return max(forward, sampler)
+
+
+def warmup_peak(hidden: int, mlp_width: int, vocab: int, tp: int, act_bytes: int,
+                tokens: int, seqs: int, release: str = VLLM_RELEASE, flashinfer: bool = True) -> int:
+    """Peak bytes of the sampler warm-up after the KV cache is allocated (`compile_or_warm_up_model`
+    in vllm/v1/worker/gpu_worker.py, 0.10 on): a forward pass of R = min(max_num_seqs,
+    max_num_batched_tokens) tokens, then the sampler over its R rows, with the profile's own
+    sampling parameters; the profile's peak covered it, and the activation it freed is there again."""
+    rows = min(seqs, tokens)
+    return activation_peak(hidden, mlp_width, vocab, tp, act_bytes, rows, rows, release, flashinfer)
 
 
 def startup_memory(*, total: int, gpu_name: str, weights: int, hidden: int, mlp_width: int,
@@ -257,12 +314,21 @@ def startup_memory(*, total: int, gpu_name: str, weights: int, hidden: int, mlp_
     requested = int(total * options.utilization)
     activation = activation_peak(hidden, mlp_width, vocab, tp, act_bytes, tokens, seqs, rules.release,
                                  options.flashinfer)
-    non_torch = NON_TORCH_TP if tp > 1 else NON_TORCH_TP1
+    non_torch = non_torch_memory(tp)
     cap = GPT_OSS_CAPTURE if model_type == "gpt_oss" else None
     graphs = 0 if options.enforce_eager else cuda_graph_memory(layers, seqs, tokens, cap)
     kv = requested - weights - activation - non_torch - (graphs if rules.graphs_in_pool else 0)
+    warmup = warmup_peak(hidden, mlp_width, vocab, tp, act_bytes, tokens, seqs, rules.release, options.flashinfer)
     return StartupMemory(total, options.utilization, requested, weights, activation, non_torch, kv,
-                         graphs, rules.graphs_in_pool, tokens, seqs, rules.release)
+                         graphs, rules.graphs_in_pool, tokens, seqs, rules.release,
+                         before_profile(tp), warmup)
+
+
+def warmup_reason(rows: int) -> str:
+    """vLLM's failure when the sampler warm-up after the KV cache runs out of memory
+    (`_dummy_sampler_run`, vllm/v1/worker/gpu_model_runner.py)."""
+    return (f"CUDA out of memory occurred when warming up sampler with {rows} dummy requests. Please try "
+            "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.")
 
 
 def no_kv_reason() -> str:

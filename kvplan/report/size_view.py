@@ -77,6 +77,9 @@ def _add_fit_rows(table, r: SizeReport) -> None:
         else:
             table.add_row(f"  CUDA graphs (outside the pool, vLLM {m['release']})", _b(m["cuda_graphs"]))
     table.add_row("KV pool" + (" (vLLM's Available KV cache memory)" if m else ""), _b(r.kv_pool_bytes))
+    if m and m["kv"] > 0:
+        table.add_row("  free after it and the graphs", _b(m["free_after_sizing"]))
+        table.add_row("  the sampler warm-up then needs", _b(m["warmup"]))
     if r.vllm_num_blocks is not None:
         table.add_row(f"vLLM's blocks of {r.vllm_block_size} in its layer groups (1 kept as null block)",
                       f"{r.vllm_num_blocks:,}")
@@ -126,7 +129,7 @@ def render_models(rows: list[dict]) -> None:
 def _why(reason: str | None) -> str:
     if not reason:
         return "no"
-    for prefix, short in (("CUDA out of memory", "weights"), ("No available memory", "no KV"),
+    for prefix, short in (("CUDA out of memory occurred when warming up", "warm-up"), ("CUDA out of memory", "weights"), ("No available memory", "no KV"),
                           ("To serve at least one request", "context"), ("tp:", "TP split")):
         if reason.startswith(prefix):
             return f"no, {short}"
