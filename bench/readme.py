@@ -164,6 +164,7 @@ RUNS: dict[str, Run] = {
     "lesson-sweep": Run("kvplan simulate workloads/lesson.yaml --block-sizes 1-64"),
     "agentic-prefix": Run("kvplan simulate workloads/agentic-prefix.yaml     # 12 Claude Code sessions, Llama-3.1-8B, H100",
                           traces=(AGENTIC,)),
+    "offload": Run("kvplan simulate workloads/multiturn-offload.yaml     # 40 chats x 10 turns, 3 GiB pool, 8 GiB tier"),
     "gemma3": Run("kvplan simulate workloads/gemma3-hybrid.yaml     # Gemma 3 12B, H100, 2.5 requests/s of 4,000 + 500"),
     "gemma3-json": Run("kvplan simulate workloads/gemma3-hybrid.yaml --json"),
     "gemma3-saturated": Run("kvplan simulate {workload}",
@@ -361,6 +362,20 @@ def agentic_prefix(out: Out) -> str:
     cols = ["done", "preempted", "TTFT p50 s", "TTFT p99 s", "TPOT ms"]
     rows = [[label, *(r[c] for c in cols), hits.get(label, {}).get("hit rate %", "-")] for label, r in serve.items()]
     return f"```\n$ {RUNS['agentic-prefix'].command}\n{text_table(['allocator', *cols, 'hit rate %'], rows)}\n```"
+
+
+def offload(out: Out) -> str:
+    """The CPU tier beside the same run without it and without prefix caching."""
+    text = out["offload"]
+    serve = by_label(table(text, "allocator", "TTFT p50 s", "TTFT p99 s"))
+    gpu = by_label(table(text, "allocator", "hit rate %"))
+    tier = by_label(table(text, "allocator", "CPU hit %", "GPU+CPU hit %", "loaded GiB"))
+    cols = ["TTFT p50 s", "TTFT p99 s"]
+    rows = [[label, *(r[c] for c in cols), gpu.get(label, {}).get("hit rate %", "-"),
+             *(tier.get(label, {}).get(c, "-") for c in ("CPU hit %", "GPU+CPU hit %", "loaded GiB"))]
+            for label, r in serve.items()]
+    header = ["allocator", *cols, "GPU hit %", "CPU hit %", "GPU+CPU hit %", "loaded GiB"]
+    return f"```\n$ {RUNS['offload'].command}\n{text_table(header, rows)}\n```"
 
 
 def gemma3(out: Out) -> str:
@@ -570,6 +585,7 @@ BLOCKS: dict[str, Block] = {
     "lesson": console("lesson"),
     "lesson-sweep": Block(("lesson-sweep",), lesson_sweep),
     "agentic-prefix": Block(("agentic-prefix",), agentic_prefix),
+    "offload": Block(("offload",), offload),
     "gemma3-hybrid": Block(("gemma3", "gemma3-json"), gemma3),
     "gemma3-saturated": Block(("gemma3-saturated", "gemma3-capacity"), gemma3_saturated),
     "fleet-table": Block(tuple(n for n in RUNS if n.startswith(("fleet-agentic-", "fleet-mooncake-"))), fleet_table),

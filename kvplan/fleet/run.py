@@ -255,6 +255,7 @@ class FleetResult:
     requests: dict | None = field(default=None, compare=False, repr=False)  # with record: REQUEST_COLUMNS
     roles: list[str] | None = None  # disaggregated: each replica's pool
     overload: Overload | None = None  # the fleet's requests arriving faster than it admits them
+    offload: dict | None = None  # with a CPU tier per replica: the tiers together (_offload_summary)
 
     def to_dict(self) -> dict:
         roles = self.roles or ["both"] * len(self.replicas)
@@ -272,7 +273,8 @@ class FleetResult:
                       "transfer_wait_s": None if self.transfer_wait is None else self.transfer_wait.to_dict(),
                       "proxy_s": self.proxy_s,
                       "overload": None if self.overload is None else self.overload.to_dict(),
-                      **({} if self.goodput is None else {"goodput": self.goodput})},
+                      **({} if self.goodput is None else {"goodput": self.goodput}),
+                      **({} if self.offload is None else {"offload": self.offload})},
             "replicas": per,
         }
 
@@ -509,7 +511,23 @@ def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica], slo=
         imbalance=max(busy) / mean_busy if mean_busy else 1.0,
         # a disaggregated fleet numbers its decode requests apart: _disaggregated sets its own
         overload=overload_of(arrival, admitted, per_unit) if all(r.group.role == "both" for r in replicas) else None,
+        offload=_offload_summary(results),
     )  # fmt: skip
+
+
+def _offload_summary(results: list[ServeResult]) -> dict | None:
+    """The replicas' CPU tiers together: the tier hit rate over the prompt tokens the GPU caches
+    missed, GPU and tier hits over all prompt tokens, bytes loaded (per GPU link) and load time."""
+    tiers = [r for r in results if r.offload is not None]
+    if not tiers:
+        return None
+    queries = sum(r.offload["query_tokens"] for r in tiers)
+    hits = sum(r.offload["hit_tokens"] for r in tiers)
+    prompts = sum(r.prefix.query_tokens for r in tiers)
+    both = hits + sum(r.prefix.hit_tokens for r in tiers)
+    return {"hit_rate": hits / queries if queries else 0.0, "combined_hit_rate": both / prompts if prompts else 0.0,
+            "bytes_loaded": sum(r.offload["bytes_loaded"] for r in tiers),
+            "load_time_s": sum(r.offload["load_time_s"] for r in tiers)}
 
 
 def fleet_document(workload: Workload, *, progress=None, result: FleetResult | None = None) -> dict:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kvplan.report.output import console, print_table
 from kvplan.report.overload import print_fleet_overload
-from kvplan.report.serve_view import goodput_words
+from kvplan.report.serve_view import goodput_words, offload_table
 from kvplan.text import count, csv_cell, plot_label, printable, terminal
 
 
@@ -22,6 +22,10 @@ def fleet_sentence(doc: dict) -> str:
         hit += f", KV transfer p50/p99 {_ms(f['transfer_s'], 'p50')}/{_ms(f['transfer_s'], 'p99')} ms"
         if (f.get("transfer_wait_s") or {}).get("p99"):
             hit += f" (waiting for the links p99 {_ms(f['transfer_wait_s'], 'p99')} ms)"
+    tier = f.get("offload")
+    if tier is not None:
+        hit += (f", CPU tier hit rate {100 * tier['hit_rate']:.1f}% (GPU+CPU {100 * tier['combined_hit_rate']:.1f}%), "
+                f"{tier['bytes_loaded'] / 2**30:,.2f} GiB loaded")
     good = f.get("goodput")
     if good is not None:
         hit += f"; {goodput_words(good)}"
@@ -50,6 +54,9 @@ def render_fleet(doc: dict, top: int = 64) -> None:
     print_table(out, table)
     if len(doc["replicas"]) > top:
         out.print(f"[dim]({len(doc['replicas']) - top} more replicas in --json)[/dim]")
+    tiers = [r for r in doc["replicas"][:top] if r.get("offload")]
+    if tiers:
+        print_table(out, offload_table(tiers, [f"#{r['replica']}" for r in tiers]))
     print_fleet_overload(out, doc)
 
 

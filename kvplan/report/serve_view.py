@@ -57,6 +57,9 @@ def render_serve(doc: dict) -> None:
     cached = [r for r in doc["results"] if r.get("prefix_cache")]
     if any(r["prefix_cache"]["prefill_tokens_saved"] for r in cached):  # prompts that share something
         print_table(out, _prefix_table(cached))
+    tiers = [r for r in doc["results"] if r.get("offload")]
+    if tiers:
+        print_table(out, offload_table(tiers))
     if doc.get("rate_sweep"):
         print_table(out, _sweep_table(doc["rate_sweep"], unit))
     for r in doc["results"]:
@@ -89,6 +92,25 @@ def _prefix_table(results: list[dict]):
         c = r["prefix_cache"]
         table.add_row(terminal(r["label"]), f"{100 * c['prefix_hit_rate']:.1f}", f"{c['prefill_tokens_saved']:,}",
                       f"{c['blocks_evicted']:,}")
+    return table
+
+
+def offload_table(results: list[dict], labels: list[str] | None = None):
+    """The CPU tier of each run that had one (kvplan/sim/offload.py): its hit rate over the prompt
+    tokens the GPU cache did not hold, both tiers' over all prompt tokens, what it loaded and how long
+    the loads took (per GPU link), and its evictions. `labels`: row names (default: each run's label)."""
+    from rich.table import Table
+
+    table = Table(title="CPU offload tier (CPU hit: of the prompt tokens the GPU cache missed)",
+                  title_justify="left")
+    for i, name in enumerate(("replica" if labels else "allocator", "CPU hit %", "GPU+CPU hit %", "loaded GiB",
+                              "load s", "tier evictions")):
+        table.add_column(name, justify="right" if i else "left")
+    for i, r in enumerate(results):
+        o = r["offload"]
+        table.add_row(terminal(labels[i] if labels else r["label"]), f"{100 * o['hit_rate']:.1f}",
+                      f"{100 * o['combined_hit_rate']:.1f}", f"{o['bytes_loaded'] / 2**30:,.2f}",
+                      f"{o['load_time_s']:.3f}", f"{o['blocks_evicted']:,}")
     return table
 
 

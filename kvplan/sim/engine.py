@@ -5,9 +5,10 @@ the same result to the last bit; it is fast because it does not step token by to
 events (an arrival that could be admitted, a finish, a block the pool cannot serve, a prefill)
 the running batch only decodes, and the compiled kernel (`kernel.py`) advances over all those
 steps in one closed-form jump. Requests are read lazily chunk by chunk; per request the engine
-keeps one row of 19 int64 (152 bytes, named in kernel.py), and the running batch is a small array of
+keeps one row of 21 int64 (168 bytes, named in kernel.py), and the running batch is a small array of
 request ids. With prefix caching, the block identities of the loaded prompts (one trie node per
-trace hash block, `prefix_ids.py`) and the cached entries live in the four arrays of `px`.
+trace hash block, `prefix_ids.py`) and the cached entries live in the four arrays of `px`; a CPU
+tier (`offload.py`) adds three: the CPU slot of each block node, the slots, the loads in flight.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from kvplan.errors import WorkloadError
 from kvplan.sim import kernel as K
 from kvplan.sim.inputs import PreparedChunk, SimSetup, make_setup, prepared_chunks
 from kvplan.memory.prefix_cache import PrefixCacheStats
+from kvplan.sim.offload import OffloadStats
 from kvplan.sim.metrics import INTEGRALS, RawRun, ServeResult, build_result
 from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
 from kvplan.workload.records import Workload
@@ -78,6 +80,9 @@ def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
         K.HYBRID: h is not None, K.HY_FULL: h.full if h else 1, K.HY_SLIDE: h.sliding if h else 0,
         K.HY_WINDOW: h.window if h else 0, K.HY_STATE: h.state if h else 0,
         K.HY_KV_FULL: h.kv_full if h else 1, K.HY_KV_SLIDE: h.kv_sliding if h else 0,
+        K.OFFLOAD: setup.offload is not None,
+        K.CPU_BLOCKS: setup.offload.num_blocks if setup.offload else 0,
+        K.LOAD_TICKS: setup.offload.load_ticks if setup.offload else 0,
     }  # fmt: skip
     for key, value in values.items():
         cfg[key] = int(value)
@@ -131,6 +136,11 @@ class KernelState:
         self.ids, self.held, self.copies = one.copy(), one.copy(), np.full(1, -1, dtype=np.int64)
         self.ents = np.zeros(max(setup.num_blocks, 1) * K.NE if caching else 1, dtype=np.int64)
         self.n_ids = self.n_held = 0
+        # offload: CPU slot per block node, the slots (grown as blocks could fill them), the loads
+        self.cpu_slot, self.cpu = np.full(1, -1, dtype=np.int64), one.copy()
+        self.loading = np.zeros(seqs + 1 if setup.offload else 1, dtype=np.int64)
+        for scalar in (K.CPU_HEAD, K.CPU_TAIL):
+            self.st[scalar] = -1
         self.clipped = 0
         self.sent: list[np.ndarray] = []  # client send ticks, when the API server delays requests
 
@@ -203,6 +213,7 @@ class KernelState:
         rows[:, K.OUTPUT] = chunk.output
         rows[:, K.PREFILL_END], rows[:, K.RESERVED] = chunk.prompt, chunk.reserve
         rows[:, K.ADMITTED_AT:K.FINISHED_AT + 1] = -1  # admitted, first token, finish: not yet
+        rows[:, K.READY_AT] = -1
         if chunk.preload is not None:
             rows[:, K.PRELOAD] = chunk.preload
         if chunk.ids is not None:
@@ -232,11 +243,16 @@ class KernelState:
         self.held = _grown(self.held, self.n_held, 0)
         if len(ids.nodes):
             self.copies = _grown(self.copies, (int(ids.nodes.max()) + 1) * per, -1)
+        offload = self.setup.offload
+        if offload is not None:
+            self.cpu_slot = _grown(self.cpu_slot, len(self.copies), -1)
+            self.cpu = _grown(self.cpu, min(offload.num_blocks, self.n_held) * K.NS, 0)
 
     def kernel_args(self) -> tuple:
         """The kernel's arrays, in `kernel.run`'s order (its state as of now: px grows on load)."""
         queues = (self.running, self.sched, self.requeued, self.swapped, self.run_start, self.run_len)
-        return self.cfg, self.st, self.req, (self.ids, self.held, self.copies, self.ents), queues, self.timeline, self.acc
+        px = (self.ids, self.held, self.copies, self.ents, self.cpu_slot, self.cpu, self.loading)
+        return self.cfg, self.st, self.req, px, queues, self.timeline, self.acc
 
     def run(self, final: bool, progress: Callable[[int, int], None] | None = None) -> None:
         """Simulate as far as the loaded requests allow (to the end when `final`)."""
@@ -250,6 +266,10 @@ class KernelState:
             if code == 3:
                 raise WorkloadError("the simulated time passed 2^62 ticks (53 days at the picosecond "
                                     "ticks of a timed run): arrivals or steps too far apart", field="timing")
+            if code == 4:
+                raise WorkloadError("requests loaded from the CPU tier hold the pool while the request "
+                                    "ahead of them waits for blocks: the pool is too small for the loads "
+                                    "in flight", field="offload")
             if code != 2:
                 return
 
@@ -282,6 +302,10 @@ class KernelState:
                                 int(st[K.PC_PREFILL_SAVED]), int(st[K.PC_BLOCKS_EVICTED]), int(st[K.PC_BLOCKS_REUSED]))
             if self.setup.prefix_caching else None,
             hit_tokens=col(K.HIT_TOKENS) if self.setup.prefix_caching else None,
+            offload=OffloadStats(*(int(st[k]) for k in (K.OF_QUERY_TOKENS, K.OF_HIT_TOKENS, K.OF_LOADS,
+                                                        K.OF_BLOCKS_LOADED, K.OF_LOAD_TICKS, K.OF_STORED,
+                                                        K.OF_EVICTED)))
+            if self.setup.offload is not None else None,
         )  # fmt: skip
 
 
@@ -324,11 +348,15 @@ def slo_of(workload: Workload, setup: SimSetup):
 def simulate_all(workload: Workload, *, progress_for: Callable[[int], Callable | None] = lambda i: None,
                  record_requests: bool = False) -> list[ServeResult]:
     """Every allocator of the workload; a paged one whose prefix cache found anything is followed
-    by the same run with caching off ("paged-B16 no-cache"), so the two read side by side."""
+    by the same run with caching off ("paged-B16 no-cache"), so the two read side by side, and
+    one whose CPU tier found anything, first by the same run without the tier ("no-offload")."""
     results = []
     for i, spec in enumerate(workload.allocators):
         result = simulate(workload, spec, progress=progress_for(i), record_requests=record_requests)
         results.append(result)
+        if result.offload is not None and result.offload["hit_tokens"] > 0 and spec.offload is None:
+            results.append(simulate(workload, replace(spec, offload=False),
+                                    progress=progress_for(i), record_requests=record_requests))
         if result.prefix is not None and result.prefix.prefill_tokens_saved > 0 and spec.prefix_caching is None:
             results.append(simulate(workload, replace(spec, prefix_caching=False),
                                     progress=progress_for(i), record_requests=record_requests))

@@ -20,6 +20,7 @@ import numpy as np
 from kvplan.errors import WorkloadError
 from kvplan.memory.capacity import contiguous_reservations
 from kvplan.memory.contiguous import POLICIES, reservation
+from kvplan.sim.offload import OffloadSetup, offload_setup
 from kvplan.sim.prefix_ids import ChunkIds, PrefixTrie
 from kvplan.sim.timing import StepClock, make_clock
 from kvplan.workload.pool_rules import HybridBlocks, hybrid_rule, pool_bytes, usable_blocks
@@ -44,6 +45,7 @@ class SimSetup:
     clock: StepClock
     prefix_caching: bool = False  # paged with scheduler.prefix_caching: full prompt blocks are shared
     hybrid: HybridBlocks | None = None  # paged, a model of several kinds of layers: vLLM's groups
+    offload: OffloadSetup | None = None  # paged with prefix caching: a CPU tier (kvplan/sim/offload.py)
 
     @property
     def tail_slots(self) -> int:
@@ -101,6 +103,9 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
         grouped = s.hybrid_kv_cache_manager if allocator.hybrid is None else allocator.hybrid
         hybrid = hybrid_rule(workload, b, grouped)
         if hybrid is not None:
+            if workload.offload is not None and allocator.offload is not False:
+                raise WorkloadError("a CPU tier needs prefix caching, which this model's hybrid layer groups "
+                                    "run without", field="offload")
             return _hybrid_setup(workload, allocator, clock, *hybrid)
         num_blocks = usable_blocks(slots // b, s.null_block)
         if num_blocks * b < s.max_model_len:
@@ -113,8 +118,11 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
             raise WorkloadError("prefix caching is modelled with recompute preemption only (vLLM V1 "
                                 "preempts by recompute); set prefix_caching: false to swap",
                                 field="scheduler.preemption")
+        offload = None
+        if workload.offload is not None and caching and allocator.offload is not False:
+            offload = offload_setup(workload.offload, b, s.max_model_len)
         return SimSetup(label=allocator.label, paged=True, policy=None, block_size=b, num_blocks=num_blocks,
-                        slots=slots, limit=0, sched=s, clock=clock, prefix_caching=caching)
+                        slots=slots, limit=0, sched=s, clock=clock, prefix_caching=caching, offload=offload)
     if allocator.kind != "contiguous" or allocator.policy not in POLICIES:
         raise WorkloadError(f"unknown allocator {allocator!r}", field="allocators")
     limit = _int_at_least(allocator.max_len or workload.contiguous_max_len, 1, "max_len")

@@ -16,11 +16,13 @@ name and a one-line meaning. The arrays every function takes, always in this ord
     run_start, run_len   contiguous allocators: the free runs of slots, sorted by start
     timeline   memory samples at fixed times, one row each (columns in `record_sample`)
     acc        time integrals as exact 124-bit sums: acc[ACC_ROW, limb], four limbs of 31 bits
-    px         prefix caching (cfg[PREFIX] = 1; else four 1-element dummies), four int64 arrays:
+    px         prefix caching (cfg[PREFIX] = 1; else 1-element dummies), int64 arrays:
                px[0] trie node of each identity (hash) block of every loaded request, from
                req[rid, ID_START]; px[1] the cached entry each request holds per identity block,
                from req[rid, E_START]; px[2] per block node (trie node x PER + sub-block) its
-               first cached copy (-1: none); px[3] the cached entries, NE int64 each (E_* below)
+               first cached copy (-1: none); px[3] the cached entries, NE int64 each (E_* below);
+               with a CPU tier (cfg[OFFLOAD] = 1): px[4] per block node its CPU slot (-1: none),
+               px[5] the CPU slots, NS int64 each (C_* below), px[6] the ring of requests loading
 
 The waiting queue is the requeued ring first, then the arrivals from req[st[NEXT_FRESH]] on
 whose arrival tick has passed.
@@ -74,7 +76,9 @@ SKIPPED = 17        # hybrid: blocks per sliding-window group it has released (o
 PRELOAD = 18        # prompt tokens whose KV arrives computed (a disaggregated decode replica's
                     # requests, their KV sent by a prefill replica); it admits holding them, and
                     # a recompute preemption drops them (its prefill is then all its own)
-NUM_COLUMNS = 19
+READY_AT = 19       # offload: tick its load from the CPU tier ends (-1: not loading, or load done)
+STORED = 20         # offload: its identity blocks offered to the CPU tier so far (the next to store)
+NUM_COLUMNS = 21
 
 # -- st[SCALAR]: the scalar state ------------------------------------------------------------------
 NOW = 0             # the clock, in ticks
@@ -117,7 +121,24 @@ PC_BLOCKS_REUSED = 35   # prefix caching: hits on a cached block no running requ
 HORIZON = 36        # before the last chunk: the run may go on to this tick even past the last
                     # arrival loaded (a fleet's router has sent it nothing before then); 0: none
 IDLE = 37           # ticks spent idle, nothing running or waiting (busy time = span - IDLE)
-NUM_SCALARS = 38
+LD_HEAD = 38        # offload: index in px[6] of the first request loading (or loaded, waiting to run)
+LD_LEN = 39         # offload: requests in px[6]
+LINK_FREE = 40      # offload: tick the host-to-device link finishes the loads started so far
+LD_TOKENS = 41      # offload: tokens held by the requests in px[6] (counted as held, as vLLM allocates them)
+LD_BLOCKS = 42      # offload: blocks held by the requests in px[6]
+CPU_HEAD = 43       # offload: least recently used CPU slot (-1: none)
+CPU_TAIL = 44       # offload: most recently used CPU slot
+CPU_USED = 45       # offload: CPU slots holding a block (never falls: an eviction refills its slot)
+CPU_PINNED = 46     # offload: CPU slots being loaded (C_REF > 0)
+CPU_STAMP = 47      # offload: number of the last store batch (C_STAMP marks a batch's own blocks)
+OF_QUERY_TOKENS = 48    # offload: first admissions' prompt tokens the GPU prefix cache did not hold
+OF_HIT_TOKENS = 49      # offload: of those, the tokens found in the CPU tier
+OF_LOADS = 50           # offload: loads started
+OF_BLOCKS_LOADED = 51   # offload: blocks they load
+OF_LOAD_TICKS = 52      # offload: their transfer ticks
+OF_STORED = 53          # offload: blocks stored in the CPU tier
+OF_EVICTED = 54         # offload: blocks evicted from it
+NUM_SCALARS = 55
 
 # -- cfg[SETTING]: fixed for the run ---------------------------------------------------------------
 PAGED = 0           # 1 paged, 0 contiguous
@@ -155,7 +176,10 @@ HY_KV_FULL = 30     # hybrid: KV bytes per token of the full-attention layers
 HY_KV_SLIDE = 31    # hybrid: KV bytes per token of the sliding-window layers
 HOST_TICKS = 32     # physical, async scheduling: the engine core's host ticks a step (overlaps the GPU)
 HOST_REQ_TICKS = 33 # physical, async scheduling: its host ticks per scheduled request
-NUM_SETTINGS = 34   # cfg[NUM_SETTINGS + n]: ticks of the linear layers and all-reduces for n tokens
+OFFLOAD = 34        # 1: a CPU tier behind the prefix cache (kvplan/sim/offload.py; needs PREFIX)
+CPU_BLOCKS = 35     # offload: blocks the CPU tier holds
+LOAD_TICKS = 36     # offload: ticks one block takes to load over the host-to-device link
+NUM_SETTINGS = 37   # cfg[NUM_SETTINGS + n]: ticks of the linear layers and all-reduces for n tokens
 
 # -- acc[ACC_ROW, limb]: time integrals of ... dt ----------------------------------------------------
 # np.int64, not Python ints: numba compiles a separate copy of a function for every distinct int
@@ -339,8 +363,9 @@ def pop_head(cfg, st):
 
 @njit(cache=True)
 def waiting_count(st, req, when):
-    """Requests waiting at tick `when`: requeued, swapped out, and arrived but never admitted."""
-    return st[REQUEUE_LEN] + st[SWAPPED_LEN] + arrived_by(st, req, when) - st[NEXT_FRESH]
+    """Requests waiting at tick `when`: requeued, swapped out, loading from the CPU tier, and
+    arrived but never admitted."""
+    return st[REQUEUE_LEN] + st[SWAPPED_LEN] + st[LD_LEN] + arrived_by(st, req, when) - st[NEXT_FRESH]
 
 
 # -- contiguous free runs (first fit, coalesced, sorted by start) --------------------------------
@@ -625,6 +650,262 @@ def give_back(cfg, st, req, px, rid):
     req[rid, CACHED] = 0
 
 
+# -- the CPU tier: vLLM's offloading connector (rules: kvplan/sim/offload.py) ---------------------
+#
+# The tier is kvplan/memory/cpu_tier.py's CpuTier in flat arrays: px[4] maps a block node to its CPU
+# slot, px[5] holds the slots in one doubly linked list, least recently used first (CPU_HEAD).
+
+NS = 5       # int64 per CPU slot in px[5]
+C_NODE = 0   # the block node it holds
+C_PREV = 1   # LRU neighbours (-1: none)
+C_NEXT = 2
+C_REF = 3    # loads in flight reading it (pinned while > 0)
+C_STAMP = 4  # the last store batch it belongs to (never evicted by its own batch)
+
+
+@njit(cache=True)
+def cpu_unlink(st, cs, s):
+    prev, nxt = cs[s * NS + C_PREV], cs[s * NS + C_NEXT]
+    if prev >= 0:
+        cs[prev * NS + C_NEXT] = nxt
+    else:
+        st[CPU_HEAD] = nxt
+    if nxt >= 0:
+        cs[nxt * NS + C_PREV] = prev
+    else:
+        st[CPU_TAIL] = prev
+
+
+@njit(cache=True)
+def cpu_append(st, cs, s):
+    """Slot s becomes the most recently used."""
+    cs[s * NS + C_PREV] = st[CPU_TAIL]
+    cs[s * NS + C_NEXT] = -1
+    if st[CPU_TAIL] >= 0:
+        cs[st[CPU_TAIL] * NS + C_NEXT] = s
+    else:
+        st[CPU_HEAD] = s
+    st[CPU_TAIL] = s
+
+
+@njit(cache=True)
+def cpu_touch(cfg, st, req, px, rid, end):
+    """rid's identity blocks 0 .. end - 1 that the tier holds become the most recently used, block 0
+    last (LRUCachePolicy.touch walks the keys in reverse)."""
+    for j in range(end - 1, -1, -1):
+        s = px[4][block_node(cfg, req, px[0], rid, j)]
+        if s >= 0 and s != st[CPU_TAIL]:
+            cpu_unlink(st, px[5], s)
+            cpu_append(st, px[5], s)
+
+
+@njit(cache=True)
+def cpu_lookup(cfg, req, px, rid, start):
+    """The identity blocks from `start` on that the tier holds, up to the first it does not: their
+    number, and whether one of them is being loaded (get_num_new_matched_tokens's lookup)."""
+    c = 0
+    pinned = False
+    for j in range(start, req[rid, ID_BLOCKS]):
+        s = px[4][block_node(cfg, req, px[0], rid, j)]
+        if s < 0:
+            break
+        c += 1
+        if px[5][s * NS + C_REF] > 0:
+            pinned = True
+    return c, pinned
+
+
+@njit(cache=True)
+def cpu_pin(cfg, req, px, rid, start, end, delta):
+    """Identity blocks start .. end - 1 of rid gain (delta 1) or lose (-1) a load reading them; the
+    count of pinned slots follows. Returns the change in that count."""
+    change = 0
+    for j in range(start, end):
+        s = px[4][block_node(cfg, req, px[0], rid, j)]
+        before = px[5][s * NS + C_REF]
+        px[5][s * NS + C_REF] = before + delta
+        if before == 0:
+            change += 1
+        elif before + delta == 0:
+            change -= 1
+    return change
+
+
+@njit(cache=True)
+def cpu_store(cfg, st, req, px, rid, upto):
+    """Offer the tier rid's identity blocks that are full once it holds `upto` tokens, from the
+    first not offered yet (one batch, CPUOffloadingManager.prepare_store: those held are skipped;
+    the rest need free slots or evictions of unpinned blocks not of the batch, least recently used
+    first; when too few can be evicted, nothing is stored). After a store, rid's prefix is touched."""
+    full = min(req[rid, ID_BLOCKS], upto // cfg[BLOCK_SIZE])
+    start = req[rid, STORED]
+    if full <= start:
+        return
+    req[rid, STORED] = full
+    cs, slot_of = px[5], px[4]
+    st[CPU_STAMP] += 1
+    stamp = st[CPU_STAMP]
+    new = 0
+    guarded = 0  # unpinned blocks of the batch already held: never evicted for it
+    for j in range(start, full):
+        s = slot_of[block_node(cfg, req, px[0], rid, j)]
+        if s >= 0:
+            cs[s * NS + C_STAMP] = stamp
+            if cs[s * NS + C_REF] == 0:
+                guarded += 1
+        else:
+            new += 1
+    if new == 0 or new - (cfg[CPU_BLOCKS] - st[CPU_USED]) > st[CPU_USED] - st[CPU_PINNED] - guarded:
+        return
+    for j in range(start, full):
+        node = block_node(cfg, req, px[0], rid, j)
+        if slot_of[node] >= 0:
+            continue
+        if st[CPU_USED] < cfg[CPU_BLOCKS]:
+            s = st[CPU_USED]
+            st[CPU_USED] += 1
+        else:
+            s = st[CPU_HEAD]
+            while cs[s * NS + C_REF] > 0 or cs[s * NS + C_STAMP] == stamp:
+                s = cs[s * NS + C_NEXT]
+            cpu_unlink(st, cs, s)
+            slot_of[cs[s * NS + C_NODE]] = -1
+            st[OF_EVICTED] += 1
+        cs[s * NS + C_NODE] = node
+        cs[s * NS + C_REF] = 0
+        cs[s * NS + C_STAMP] = stamp
+        cpu_append(st, cs, s)
+        slot_of[node] = s
+    st[OF_STORED] += new
+    cpu_touch(cfg, st, req, px, rid, full)
+
+
+@njit(cache=True)
+def store_pass(cfg, st, req, px, running, sched, before):
+    """After scheduling, each scheduled request offers the blocks its tokens complete, in vLLM's
+    order (yield_req_data): the newly admitted (first admitted now), the running, the resumed."""
+    n = st[NUM_RUNNING]
+    now = st[NOW]
+    for part in range(3):
+        lo, hi = (before, n) if part != 1 else (0, before)
+        for i in range(lo, hi):
+            rid = running[i]
+            if part != 1 and (req[rid, ADMITTED_AT] == now) != (part == 0):
+                continue
+            if sched[i] > 0 and req[rid, STORED] < req[rid, ID_BLOCKS]:
+                cpu_store(cfg, st, req, px, rid, req[rid, HELD] + sched[i])
+
+
+@njit(cache=True)
+def count_offload(cfg, st, req, rid, hits, cpu):
+    """At its first admission, rid's tokens the GPU cache did not hold and those the tier did."""
+    if req[rid, ADMITTED_AT] < 0:
+        st[OF_QUERY_TOKENS] += req[rid, PROMPT] - hits * cfg[BLOCK_SIZE]
+        st[OF_HIT_TOKENS] += cpu * cfg[BLOCK_SIZE]
+
+
+@njit(cache=True)
+def start_load(cfg, st, req, px, rid, hits, cpu):
+    """rid shares its GPU hits, takes GPU blocks for its `cpu` tier hits, pins them in the tier and
+    waits for them (WAITING_FOR_REMOTE_KVS) in the ring px[6]; the link carries one load at a time."""
+    b = cfg[BLOCK_SIZE]
+    touch(cfg, st, req, px, rid, hits)
+    count_hits(st, req, rid, hits * b)
+    count_offload(cfg, st, req, rid, hits, cpu)
+    take_blocks(cfg, st, px, cpu)
+    total = hits + cpu
+    held = min(total * b, req[rid, PREFILL_END] - 1)  # a whole prompt: its last token is recomputed
+    req[rid, BLOCKS] = total
+    req[rid, SKIPPED] = 0
+    req[rid, HELD] = held
+    req[rid, STORED] = total
+    st[CPU_PINNED] += cpu_pin(cfg, req, px, rid, hits, total, ONE)
+    dur = cpu * cfg[LOAD_TICKS]
+    begin = max(st[NOW], st[LINK_FREE])
+    req[rid, READY_AT] = begin + dur
+    st[LINK_FREE] = begin + dur
+    st[OF_LOADS] += 1
+    st[OF_BLOCKS_LOADED] += cpu
+    st[OF_LOAD_TICKS] += dur
+    st[LD_TOKENS] += held
+    st[LD_BLOCKS] += total
+    ring = px[6]
+    ring[(st[LD_HEAD] + st[LD_LEN]) % cfg[QUEUE_CAP]] = rid
+    st[LD_LEN] += 1
+
+
+@njit(cache=True)
+def admit_loaded(cfg, st, req, px, running, sched, budget):
+    """The ring's front, once its load has ended: its pins go, its loaded blocks join the GPU prefix
+    cache, and it starts like a waiting request holding them. Returns the tokens it was given, 0 when
+    the front is still loading (or the ring is empty), -1 when it cannot start (admission stops)."""
+    if st[LD_LEN] == 0:
+        return 0
+    rid = px[6][st[LD_HEAD]]
+    ready = req[rid, READY_AT]
+    if ready > st[NOW]:
+        return 0
+    if ready >= 0:  # the load ended: complete_load, then the scheduler caches its blocks
+        st[CPU_PINNED] += cpu_pin(cfg, req, px, rid, req[rid, CACHED], req[rid, BLOCKS], -ONE)
+        req[rid, READY_AT] = -1
+        register(cfg, st, req, px, rid, req[rid, HELD])
+    n = tokens_for(cfg, req, rid, budget)
+    need = blocks_held(cfg, ZERO, held_after(req, rid, n)) - req[rid, BLOCKS]
+    if n == 0 or need > st[FREE_BLOCKS]:
+        return -1
+    st[LD_TOKENS] -= req[rid, HELD]
+    st[LD_BLOCKS] -= req[rid, BLOCKS]
+    st[LD_HEAD] = (st[LD_HEAD] + 1) % cfg[QUEUE_CAP]
+    st[LD_LEN] -= 1
+    take_blocks(cfg, st, px, need)
+    req[rid, BLOCKS] += need
+    register(cfg, st, req, px, rid, held_after(req, rid, n))
+    if req[rid, ADMITTED_AT] < 0:
+        req[rid, ADMITTED_AT] = st[NOW]
+    start_running(st, req, running, sched, rid, n)
+    return n
+
+
+@njit(cache=True)
+def head_touch(cfg, st, req, px, requeued, budget):
+    """What the admission phase does to the tier when it cannot start the waiting head: it looks
+    the head up, touching its blocks. A jump takes that touch once (repeating it changes nothing)."""
+    if st[NUM_RUNNING] >= cfg[MAX_SEQS] or budget <= 0 or st[LD_LEN] >= cfg[MAX_SEQS]:
+        return
+    if st[LD_LEN] > 0 and req[px[6][st[LD_HEAD]], READY_AT] <= st[NOW]:
+        return
+    rid = waiting_head(st, req, requeued)
+    if rid >= 0:
+        cpu_touch(cfg, st, req, px, rid, req[rid, ID_BLOCKS])
+
+
+@njit(cache=True)
+def wait_for_load(cfg, st, req, px, acc, timeline):
+    """Nothing can be scheduled while loads are in flight: the clock waits for the first load to
+    end, or the next arrival (or what is loaded so far); 4 when nothing could ever change."""
+    target = INF
+    ring = px[6]
+    for i in range(st[LD_LEN]):
+        ready = req[ring[(st[LD_HEAD] + i) % cfg[QUEUE_CAP]], READY_AT]
+        if ready > st[NOW]:
+            target = ready
+            break
+    nxt = arrived_by(st, req, st[NOW])
+    if nxt < st[LOADED]:
+        target = min(target, req[nxt, ARRIVAL])
+    elif st[ALL_LOADED] == 0:
+        target = min(target, max(req[st[LOADED] - 1, ARRIVAL], st[HORIZON]))
+    if target == INF or target <= st[NOW]:
+        return 4
+    shared = st[SHARED] * cfg[BLOCK_SIZE]
+    tokens = st[LD_TOKENS] - shared
+    alloc = st[LD_BLOCKS] * cfg[BLOCK_SIZE] - shared
+    account_span(cfg, st, req, acc, timeline, target - st[NOW], ZERO, waiting_count(st, req, st[NOW]),
+                 tokens, alloc, ZERO, cfg[TAIL_SLOTS])
+    st[NOW] = target
+    return 0
+
+
 # -- per-request rules (the reference's Req methods) ---------------------------------------------
 
 
@@ -899,13 +1180,35 @@ def admit(cfg, st, req, px, running, sched, requeued, run_start, run_len, budget
     that does not fit stops admission for this step.
     """
     while st[NUM_RUNNING] < cfg[MAX_SEQS]:
+        if cfg[OFFLOAD] != 0:  # requests whose loads ended come first (vLLM keeps them at the head)
+            if budget <= 0:
+                break
+            done = admit_loaded(cfg, st, req, px, running, sched, budget)
+            if done < 0:
+                break
+            if done > 0:
+                budget -= done
+                continue
         rid = waiting_head(st, req, requeued)
         if rid < 0:
             break
         if cfg[PAGED] != 0:
             n, hits, idle, new = waiting_need(cfg, req, px, rid, budget)
+            if cfg[OFFLOAD] != 0:
+                if st[LD_LEN] >= cfg[MAX_SEQS]:  # max_concurrent_loads: the lookup is put off
+                    break
+                cpu_touch(cfg, st, req, px, rid, req[rid, ID_BLOCKS])
+                cpu, pinned = cpu_lookup(cfg, req, px, rid, hits)
+                if cpu > 0:
+                    if pinned or cpu + idle > st[FREE_BLOCKS]:
+                        break
+                    start_load(cfg, st, req, px, rid, hits, cpu)
+                    pop_head(cfg, st)
+                    continue
             if n == 0 or new + idle > st[FREE_BLOCKS]:
                 break
+            if cfg[OFFLOAD] != 0:
+                count_offload(cfg, st, req, rid, hits, ZERO)
             if cfg[PREFIX] != 0:
                 touch(cfg, st, req, px, rid, hits)
                 count_hits(st, req, rid, hits * cfg[BLOCK_SIZE])
@@ -969,6 +1272,8 @@ def run_step(cfg, st, req, px, running, sched, requeued, run_start, run_len, tim
     counted once per block: a block several requests share counts for one."""
     n = st[NUM_RUNNING]
     kv, processed, tokens, alloc, final, nreq, pairs = batch_sums(cfg, req, running, sched, n)
+    tokens += st[LD_TOKENS]  # requests loading from the CPU tier hold their blocks (0 without one)
+    alloc += st[LD_BLOCKS] * cfg[BLOCK_SIZE]
     shared = st[SHARED] * cfg[BLOCK_SIZE]
     tokens -= shared
     alloc -= shared
@@ -1001,13 +1306,21 @@ def run_step(cfg, st, req, px, running, sched, requeued, run_start, run_len, tim
 @njit(cache=True)
 def do_step(cfg, st, req, px, running, sched, requeued, swapped, run_start, run_len, timeline, acc):
     """One scheduler step, as the reference's: the running batch, then (when nothing was
-    preempted) swapped-out requests, then (when none is left swapped out) new admissions."""
+    preempted) swapped-out requests, then (when none is left swapped out) new admissions. With a
+    CPU tier the scheduled requests then store their blocks, and a step with nothing to run while
+    loads are in flight waits for them instead. Returns 4 when nothing could ever run, else 0."""
     budget, preempted = schedule_running(cfg, st, req, px, running, sched, requeued, swapped)
+    before = st[NUM_RUNNING]
     if not preempted:
         budget = resume_swapped(cfg, st, req, px, running, sched, swapped, budget)
         if st[SWAPPED_LEN] == 0:
             admit(cfg, st, req, px, running, sched, requeued, run_start, run_len, budget)
+    if cfg[OFFLOAD] != 0:
+        if st[NUM_RUNNING] == 0 and st[LD_LEN] > 0:
+            return wait_for_load(cfg, st, req, px, acc, timeline)
+        store_pass(cfg, st, req, px, running, sched, before)
     run_step(cfg, st, req, px, running, sched, requeued, run_start, run_len, timeline, acc)
+    return 0
 
 
 # -- jumps over decode-only stretches ------------------------------------------------------------
@@ -1049,6 +1362,15 @@ def can_admit(cfg, st, req, px, requeued, swapped, run_len, free, budget):
     grow as hits shrink: when those do not fit either, no eviction helps (0)."""
     if st[NUM_RUNNING] >= cfg[MAX_SEQS]:
         return 0
+    if cfg[OFFLOAD] != 0 and st[LD_LEN] > 0:
+        front = px[6][st[LD_HEAD]]
+        ready = req[front, READY_AT]
+        if 0 <= ready <= st[NOW]:
+            return 1  # its load ended: the step completes it
+        if ready < 0:  # loaded, waiting to run at the front
+            n = tokens_for(cfg, req, front, budget)
+            need = blocks_held(cfg, ZERO, held_after(req, front, n)) - req[front, BLOCKS]
+            return 1 if n > 0 and need <= free else 0
     rid = swapped[st[SWAPPED_HEAD]] if st[SWAPPED_LEN] > 0 else waiting_head(st, req, requeued)
     if rid < 0:
         return 0
@@ -1061,6 +1383,15 @@ def can_admit(cfg, st, req, px, requeued, swapped, run_len, free, budget):
         need = blocks_held(cfg, skip_of(cfg, req[rid, HELD]), held_after(req, rid, n))
         return 1 if n > 0 and need <= free else 0
     n, hits, idle, new = waiting_need(cfg, req, px, rid, budget)
+    if cfg[OFFLOAD] != 0:  # an eviction of an idle GPU hit may turn it into a CPU hit: 2
+        if budget <= 0 or st[LD_LEN] >= cfg[MAX_SEQS]:
+            return 0
+        cpu, pinned = cpu_lookup(cfg, req, px, rid, hits)
+        if cpu > 0 and not pinned and cpu + idle <= free:
+            return 1
+        if cpu == 0 and n > 0 and new + idle <= free:
+            return 1
+        return 2 if idle > 0 else 0
     if n == 0:
         return 0
     if new + idle <= free:
@@ -1114,6 +1445,9 @@ def piece(cfg, st, req, running, acc, jump, j0, j1, d, e):
         mac(acc, ACC_ALLOCATED, alloc, sumdt)
         mac(acc, ACC_FINAL_LEN, final, sumdt)
     mac(acc, ACC_EXTERNAL, ext, sumdt)
+    if st[LD_BLOCKS] != 0:  # requests loading from the CPU tier: constant over the jump
+        mac(acc, ACC_TOKENS, st[LD_TOKENS], sumdt)
+        mac(acc, ACC_ALLOCATED, st[LD_BLOCKS] * cfg[BLOCK_SIZE], sumdt)
 
 
 @njit(cache=True)
@@ -1133,8 +1467,8 @@ def jump_samples(cfg, st, req, running, timeline, k, tp, jump):
             for i in range(n):
                 alloc += cdiv(req[running[i], HELD] + j + 1, cfg[BLOCK_SIZE]) * cfg[BLOCK_SIZE]
         shared = st[SHARED] * cfg[BLOCK_SIZE]
-        tokens -= shared
-        alloc -= shared
+        tokens += st[LD_TOKENS] - shared
+        alloc += st[LD_BLOCKS] * cfg[BLOCK_SIZE] - shared
         reserved, internal, free = memory_parts(cfg, tokens, alloc, final, ext)
         waiting = waiting_count(st, req, t + cum(j, flat, base, slope, jstar))
         record_sample(cfg, st, timeline, when, n, waiting, tokens, reserved, internal, ext, free)
@@ -1245,6 +1579,10 @@ def try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, t
         stop = req[fresh, ARRIVAL]  # the queue is empty and this arrival could be admitted
     if st[ALL_LOADED] == 0:  # never step past what is loaded (or the horizon beyond it)
         stop = min(stop, max(req[st[LOADED] - 1, ARRIVAL], st[HORIZON]))
+    if cfg[OFFLOAD] != 0:
+        if st[LD_LEN] > 0 and req[px[6][st[LD_HEAD]], READY_AT] > st[NOW]:
+            stop = min(stop, req[px[6][st[LD_HEAD]], READY_AT])  # the front's load ends
+        head_touch(cfg, st, req, px, requeued, cfg[TOKEN_BUDGET] - n)
     if stop < INF:
         flat, base, slope, jstar = jump_params(cfg, h0, n)
         k = steps_before(stop - st[NOW], k, flat, base, slope, jstar)
@@ -1258,8 +1596,9 @@ def try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, t
 
 @njit(cache=True)
 def run(cfg, st, req, px, queues, timeline, acc, max_events):
-    """Simulate until done (0), until more requests must be loaded (1), for max_events (2), or
-    until the clock passes CLOCK_LIMIT (3). No event moves the clock by more than 2**61 ticks
+    """Simulate until done (0), until more requests must be loaded (1), for max_events (2),
+    until the clock passes CLOCK_LIMIT (3), or until nothing can ever run (4: requests waiting
+    behind a load from the CPU tier hold the pool). No event moves the clock by more than 2**61 ticks
     (engine.py bounds the longest step and MAX_JUMP), so it never overflows int64.
 
     `px`: the prefix cache's four arrays (ids, held, copies, entries); `queues`: the running batch,
@@ -1275,11 +1614,13 @@ def run(cfg, st, req, px, queues, timeline, acc, max_events):
             return 1
         fresh = st[NEXT_FRESH]
         arrived = fresh < loaded and req[fresh, ARRIVAL] <= t
-        if st[NUM_RUNNING] == 0 and st[REQUEUE_LEN] == 0 and st[SWAPPED_LEN] == 0 and not arrived:
+        if (st[NUM_RUNNING] == 0 and st[REQUEUE_LEN] == 0 and st[SWAPPED_LEN] == 0 and st[LD_LEN] == 0
+                and not arrived):
             if fresh >= loaded:
                 return 0
             idle_until(cfg, st, req, acc, timeline, req[fresh, ARRIVAL])
         elif not try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, timeline, acc):
-            do_step(cfg, st, req, px, running, sched, requeued, swapped, run_start, run_len, timeline, acc)
+            if do_step(cfg, st, req, px, running, sched, requeued, swapped, run_start, run_len, timeline, acc):
+                return 4
         st[EVENTS] += 1
     return 2

@@ -31,6 +31,7 @@ from kvplan.errors import WorkloadError
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.model.step_time import STREAM_BUSY_CAP
 from kvplan.sim.inputs import SimSetup
+from kvplan.sim.offload import OffloadStats, offload_dict
 from kvplan.sim.overload import Overload, overload_of
 from kvplan.sim.slo import client_latencies, goodput, within
 
@@ -72,6 +73,7 @@ class RawRun:
     sent: np.ndarray | None = None  # per request, ticks the client sent it (None: its arrival)
     prefix: PrefixCacheStats | None = None  # with prefix caching
     hit_tokens: np.ndarray | None = None  # with prefix caching: per request, prompt tokens hit
+    offload: OffloadStats | None = None  # with a CPU tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,7 @@ class ServeResult:
     prefix: PrefixCacheStats | None = None  # None: prefix caching off
     overload: Overload | None = None  # arrivals faster than admissions (kvplan/sim/overload.py)
     goodput: dict | None = None  # with an `slo:`, the requests within it (kvplan/sim/slo.goodput)
+    offload: dict | None = None  # with a CPU tier: kvplan/sim/offload.offload_dict
 
     @property
     def wasted_slots(self) -> float:
@@ -199,6 +202,7 @@ class ServeResult:
             "prefix_cache": prefix_cache_dict(self.prefix) if self.prefix is not None else None,
             "overload": self.overload.to_dict() if self.overload is not None else None,
             **({} if self.goodput is None else {"goodput": self.goodput}),
+            **({} if self.offload is None else {"offload": self.offload}),
         }  # fmt: skip
 
 
@@ -326,4 +330,5 @@ def build_result(raw: RawRun, setup: SimSetup, *, record_requests: bool = False,
         goodput=None if slo is None else goodput(slo, within(slo, **client_latencies(
             raw.arrival if raw.sent is None else raw.sent, raw.first_token, raw.finish, raw.output, frontend, per_unit)),
             makespan),
+        offload=None if raw.offload is None else offload_dict(raw.offload, setup.offload, setup.block_size, raw.prefix),
     )  # fmt: skip

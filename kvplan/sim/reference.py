@@ -38,6 +38,13 @@ queue) and its prefill starts after them. It needs new blocks for what it comput
 hit blocks nobody holds; if those do not fit, it waits (FCFS). Memory is counted per physical
 block: a block several running requests share counts once.
 
+A CPU tier (`SimSetup.offload`, vLLM's offloading connector) runs on kvplan/memory/cpu_tier.py's
+CpuTier with the rules of kvplan/sim/offload.py: after each step's scheduling the scheduled
+requests store the identity blocks their tokens complete; a waiting head touches its blocks in
+the tier, and the blocks after its GPU hits that the tier holds are loaded (it waits, holding its
+blocks, in `loading`, off the waiting queue); once its load has ended it runs ahead of the
+waiting queue. A step with nothing to run while loads are in flight waits for them instead.
+
 Hybrid models (vLLM's hybrid KV cache manager, `SimSetup.hybrid`): one pool of blocks shared by
 layer groups. A request holds, per full-attention group, a block per B tokens; per sliding-window
 group the same less the blocks wholly before its last window - 1 computed tokens (released before
@@ -54,10 +61,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvplan.memory.contiguous import ContiguousPool
+from kvplan.memory.cpu_tier import CpuTier
 from kvplan.memory.prefix_cache import BlockPool
 from kvplan.model.step_time import prefill_pairs
 from kvplan.sim.inputs import SimSetup, make_setup, prepared_chunks
 from kvplan.sim.metrics import RawRun, ServeResult, build_result
+from kvplan.sim.offload import OffloadStats
 from kvplan.sim.sampling import TIMELINE_POINTS, TimelineSampler
 from kvplan.workload.records import Workload
 from kvplan.workload.spec import AllocatorSpec
@@ -86,6 +95,8 @@ class Req:
     swapped_slots: int = 0  # swap: CPU slots its KV takes while swapped out
     skip: int = 0  # hybrid: blocks per sliding group released at its last allocation
     preload: int = 0  # prompt tokens whose KV arrives computed (a disaggregated decode replica's)
+    ready: int = -1  # offload: tick its load from the CPU tier ends (-1: not loading, or done)
+    stored: int = 0  # offload: identity blocks offered to the CPU tier so far
 
     @property
     def prefilling(self) -> bool:
@@ -113,6 +124,10 @@ class ReferenceSim:
             null = setup.sched.null_block
             self.blocks = BlockPool(setup.num_blocks + int(null), null_block=null)
         self.cpu_used = 0
+        self.tier = CpuTier(setup.offload.num_blocks) if setup.offload is not None else None
+        self.loading: deque[Req] = deque()  # offload: loading from the tier, or loaded and waiting to run
+        self.link_free = 0
+        self.offload = dict.fromkeys(("query_tokens", "hit_tokens", "loads", "blocks_loaded", "load_ticks"), 0)
         self.t = reqs[0].arrival if reqs else 0
         self.origin = self.t
         self.steps = self.preemptions = self.swap_outs = self.recomputed = self.peak = 0
@@ -132,7 +147,7 @@ class ReferenceSim:
         while self.next_arrival < len(reqs) and reqs[self.next_arrival].arrival <= self.t:
             self.waiting.append(reqs[self.next_arrival])
             self.next_arrival += 1
-        if self.running or self.waiting or self.swapped:
+        if self.running or self.waiting or self.swapped or self.loading:
             self.step()
         elif self.next_arrival < len(reqs):
             self.idle_until(reqs[self.next_arrival].arrival)
@@ -151,10 +166,16 @@ class ReferenceSim:
     def step(self) -> None:
         work: dict[int, int] = {}  # rid -> tokens this step
         budget, preempted = self.schedule_running(work)
+        before = len(self.running)
         if not preempted:
             budget = self.resume_swapped(work, budget)
             if not self.swapped:
                 self.admit(work, budget)
+        if self.tier is not None:
+            if not self.running and self.loading:
+                self.wait_for_load()
+                return
+            self.store_pass(work, before)
         by_id = {r.rid: r for r in self.running}
         kv_read = sum(self.kv_read(by_id[rid].held) for rid in work)
         pairs = sum(prefill_pairs(n, by_id[rid].held) for rid, n in work.items() if by_id[rid].prefilling)
@@ -234,7 +255,7 @@ class ReferenceSim:
         """Slots counted twice or more by the per-request sums: blocks several requests hold."""
         if self.blocks is None:
             return 0
-        held = [b for r in self.running for b in r.table[:r.cached]]
+        held = [b for r in (*self.running, *self.loading) for b in r.table[:r.cached]]
         return (len(held) - len(set(held))) * self.s.block_size
 
     def schedule_running(self, work: dict[int, int]) -> tuple[int, bool]:
@@ -308,12 +329,24 @@ class ReferenceSim:
             limit = min(len(req.nodes), (req.target - 1) // self.s.block_size)  # one token computed
             hits = self.blocks.match_prefix(req.nodes[:limit])
             unheld = self.blocks.num_unheld(hits)
+        if self.tier is not None:
+            if len(self.loading) >= self.sched.max_num_seqs:  # max_concurrent_loads: put off
+                return 0
+            self.tier.touch(req.nodes)
+            cpu, pinned = self.tier.lookup(req.nodes[len(hits):])
+            if cpu:
+                if pinned or cpu + unheld > self.num_free():
+                    return 0
+                self.start_load(req, hits, cpu)
+                return -1
         hit = len(hits) * self.s.block_size
         held = max(hit, req.preload)  # a decode replica's request arrives holding its sent KV
         n = self.tokens_for(req, budget, held)
         new = self.blocks_for(held + n) - len(hits)
         if n == 0 or new + unheld > self.num_free():
             return 0
+        if self.tier is not None:
+            self.count_offload(req, len(hits), 0)
         if self.blocks is not None:
             self.blocks.touch(hits)
             self.blocks.count_admission(req.prompt, hit, first=req.admitted < 0)
@@ -326,9 +359,23 @@ class ReferenceSim:
         return n
 
     def admit(self, work: dict[int, int], budget: int) -> None:
-        while self.waiting and len(self.running) < self.sched.max_num_seqs:
+        while len(self.running) < self.sched.max_num_seqs:
+            if self.tier is not None:  # requests whose loads ended come first
+                if budget <= 0:
+                    break
+                n = self.admit_loaded(work, budget)
+                if n < 0:
+                    break
+                if n > 0:
+                    budget -= n
+                    continue
+            if not self.waiting:
+                break
             req = self.waiting[0]
             n = self.place(req, budget)
+            if n < 0:  # it waits for a load from the CPU tier
+                self.loading.append(self.waiting.popleft())
+                continue
             if n == 0:
                 break
             self.waiting.popleft()
@@ -337,6 +384,90 @@ class ReferenceSim:
                 req.admitted = self.t
             work[req.rid] = n
             budget -= n
+
+    # -- the CPU tier (kvplan/sim/offload.py) ----------------------------------------------------
+
+    def count_offload(self, req: Req, hits: int, cpu: int) -> None:
+        if req.admitted < 0:
+            self.offload["query_tokens"] += req.prompt - hits * self.s.block_size
+            self.offload["hit_tokens"] += cpu * self.s.block_size
+
+    def start_load(self, req: Req, hits: list[int], cpu: int) -> None:
+        """Share the GPU hits, take blocks for the tier's, pin those and start their load."""
+        b, g = self.s.block_size, len(hits)
+        self.blocks.touch(hits)
+        self.blocks.count_admission(req.prompt, g * b, first=req.admitted < 0)
+        if req.admitted < 0:
+            req.hit_tokens = g * b
+        self.count_offload(req, g, cpu)
+        req.table = hits + self.blocks.get_new_blocks(cpu).tolist()
+        req.cached, req.blocks, req.skip = g, g + cpu, 0
+        req.held = min((g + cpu) * b, req.target - 1)  # a whole prompt: its last token is recomputed
+        req.stored = g + cpu
+        self.tier.pin(req.nodes[g:g + cpu])
+        ticks = cpu * self.s.offload.load_ticks
+        req.ready = self.link_free = max(self.t, self.link_free) + ticks
+        for key, value in (("loads", 1), ("blocks_loaded", cpu), ("load_ticks", ticks)):
+            self.offload[key] += value
+
+    def admit_loaded(self, work: dict[int, int], budget: int) -> int:
+        """The front of `loading` once its load has ended: unpinned, its blocks cached on the GPU,
+        started. Its tokens; 0 when none has ended; -1 when it cannot start."""
+        if not self.loading or self.loading[0].ready > self.t:
+            return 0
+        req = self.loading[0]
+        if req.ready >= 0:
+            self.tier.unpin(req.nodes[req.cached:req.blocks])
+            req.ready = -1
+            self.register(req, req.held)
+        n = self.tokens_for(req, budget)
+        need = self.blocks_for(req.held + n) - req.blocks
+        if n == 0 or need > self.num_free():
+            return -1
+        self.loading.popleft()
+        self.grow(req, need, n)
+        self.running.append(req)
+        if req.admitted < 0:
+            req.admitted = self.t
+        work[req.rid] = n
+        return n
+
+    def store_pass(self, work: dict[int, int], before: int) -> None:
+        """The scheduled requests offer the tier their newly full blocks: the newly admitted, the
+        running, the resumed (vLLM's yield_req_data)."""
+        added = self.running[before:]
+        order = ([r for r in added if r.admitted == self.t] + self.running[:before]
+                 + [r for r in added if r.admitted != self.t])
+        for req in order:
+            if req.rid in work:
+                full = min(len(req.nodes), (req.held + work[req.rid]) // self.s.block_size)
+                if full > req.stored:
+                    batch, req.stored = req.nodes[req.stored:full], full
+                    if self.tier.store(batch):
+                        self.tier.touch(req.nodes[:full])
+
+    def wait_for_load(self) -> None:
+        """Nothing to run while loads are in flight: wait for the first to end or the next arrival."""
+        later = [r.ready for r in self.loading if r.ready > self.t]
+        if self.next_arrival < len(self.reqs):
+            later.append(self.reqs[self.next_arrival].arrival)
+        if not later:
+            from kvplan.errors import WorkloadError
+
+            raise WorkloadError("requests loaded from the CPU tier hold the pool while the request "
+                                "ahead of them waits for blocks: the pool is too small for the loads "
+                                "in flight", field="offload")
+        until = min(later)
+        dt, shared = until - self.t, self.shared_slots()
+        tokens = sum(r.held for r in self.loading) - shared
+        alloc = sum(r.blocks for r in self.loading) * self.s.block_size - shared
+        ext = self.s.tail_slots
+        for key, value in (("time", 1), ("tokens", tokens), ("allocated", alloc), ("external", ext)):
+            self.integrals[key] += value * dt
+        waiting = len(self.waiting) + len(self.swapped) + len(self.loading)
+        self.sampler.record(self.t, until, (0, waiting, tokens, 0, alloc - tokens, ext,
+                                            self.s.slots - alloc - ext))
+        self.t = until
 
     # -- phase 3: the step runs ------------------------------------------------------------------
 
@@ -354,9 +485,10 @@ class ReferenceSim:
         shared = self.shared_slots()
         tokens = sum(self.kept(r, r.held_after(work[r.rid]) if r.rid in work else r.held)
                      for r in self.running)
-        tokens -= shared
+        tokens += sum(r.held for r in self.loading) - shared
         if self.s.paged:
-            alloc, final = sum(r.blocks for r in self.running) * self.s.block_size - shared, 0
+            held = sum(r.blocks for r in self.running) + sum(r.blocks for r in self.loading)
+            alloc, final = held * self.s.block_size - shared, 0
         else:
             alloc = sum(r.reserve for r in self.running)
             final = sum(r.prompt + r.output - 1 for r in self.running)  # the KV each ends holding
@@ -367,7 +499,7 @@ class ReferenceSim:
         self.peak = max(self.peak, n)
         reserved = final - tokens if not self.s.paged else 0
         internal = alloc - (final if not self.s.paged else tokens)
-        waiting = len(self.waiting) + len(self.swapped)
+        waiting = len(self.waiting) + len(self.swapped) + len(self.loading)
         self.sampler.record(self.t, self.t + dt, (n, waiting, tokens, reserved, internal, ext,
                                                   self.s.slots - alloc - ext))
 
@@ -403,6 +535,8 @@ class ReferenceSim:
             timeline=self.sampler.array(), timeline_delta=self.sampler.delta,
             prefix=None if self.blocks is None else self.blocks.stats(),
             hit_tokens=None if self.blocks is None else col("hit_tokens"),
+            offload=None if self.tier is None else OffloadStats(
+                **self.offload, blocks_stored=self.tier.blocks_stored, blocks_evicted=self.tier.blocks_evicted),
         )  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from kvplan.errors import KvplanError, WorkloadError
 from kvplan.model.facts import ModelFacts
 from kvplan.model.vllm_memory import default_batch
 from kvplan.workload.distributions import AllAtOnce, Fixed, Lengths, Uniform, synthetic_requests
-from kvplan.workload.records import PoolSpec, SchedulerConfig, TimingConfig, Workload
+from kvplan.workload.records import OffloadConfig, PoolSpec, SchedulerConfig, TimingConfig, Workload
 from kvplan.workload.checks import check_int
 from kvplan.workload.spec import MAX_REQUESTS, MAX_SLOTS, PrefixSection, TraceRequests, WorkloadSpec
 from kvplan.workload.traces import open_trace
@@ -52,8 +52,29 @@ def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None
         num_requests=num_requests, pool=pool, allocators=allocators, scheduler=scheduler,
         timing=_timing(spec, model), make_requests=make, layout=layout,
         contiguous_max_len=contiguous[0] if contiguous else mml, prefix=_prefix(spec, mml), sampling=spec.sampling,
-        spec=spec,
+        offload=_offload(spec, layout, bytes_per_slot), spec=spec,
     )  # fmt: skip
+
+
+def _offload(spec: WorkloadSpec, layout, bytes_per_slot: int | None) -> OffloadConfig | None:
+    """The CPU tier `offload:` asks for, sized in the model's KV bytes (a gpu, checked by the
+    spec, needs a model, so bytes_per_slot is known)."""
+    from kvplan.model.vllm_kv_groups import is_hybrid
+
+    o = spec.offload
+    if o is None:
+        return None
+    if not bytes_per_slot or layout is None:
+        raise _fail("offload", "a CPU tier needs a model: its blocks are sized in the model's KV bytes")
+    if is_hybrid(layout) and spec.scheduler.hybrid_kv_cache_manager and any(a.hybrid is not False for a in spec.allocators):
+        raise _fail("offload", "a CPU tier needs prefix caching, which this model's hybrid layer groups run "
+                               "without (set scheduler.hybrid_kv_cache_manager: false to serve every layer as full attention)")
+    for a in spec.allocators:  # refused here, located at its line, rather than when the run starts
+        block_bytes = bytes_per_slot * a.block_size * spec.tp
+        if o.kv_offloading_size < block_bytes:
+            raise _fail("offload.kv_offloading_size", f"{o.kv_offloading_size:,} bytes hold no CPU block of "
+                                                      f"{a.block_size} tokens ({block_bytes:,} bytes across the TP group)")
+    return OffloadConfig(o.kv_offloading_size, o.gb_per_s, bytes_per_slot, spec.tp)
 
 
 def _model(spec: WorkloadSpec, resolve_model: ResolveModel | None) -> ModelFacts | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
 from kvplan.workload import distributions as D
 from kvplan.workload import schema as S
-from kvplan.workload.spec import MAX_LINK_GB_PER_S, MAX_LINK_LATENCY_S, MAX_SLO_S, SLO_KEYS
+from kvplan.workload.spec import MAX_LINK_GB_PER_S, MAX_LINK_LATENCY_S, MAX_SLO_S, MIN_OFFLOAD_GB_PER_S, SLO_KEYS
 from kvplan.workload.routing import LLM_D_INDEXES, PREFIX_SCORES, ROUTER_KEYS, ROUTER_NAMES
 from kvplan.workload.traces import TRACE_FORMATS
 from kvplan.workload.traces.columns import COLUMN_KEYS, MAX_COLUMN_NAME, TIMESTAMP_UNITS
@@ -155,6 +155,11 @@ def workload_schema() -> dict:
         "slo": {**_closed({k: {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SLO_S} for k in SLO_KEYS}, (),
                           "experiments serve and fleet: the per-request limits goodput counts against"),
                 "minProperties": 1},
+        "offload": _closed({"kv_offloading_size": SIZE,
+                            "gb_per_s": {"type": "number", "minimum": MIN_OFFLOAD_GB_PER_S, "maximum": MAX_LINK_GB_PER_S}},
+                           ("kv_offloading_size", "gb_per_s"),
+                           "experiments serve and fleet: vLLM's CPU KV offload tier per replica (--kv-offloading-size) "
+                           "and each GPU's host-to-device bandwidth"),
     }
     assert set(top) == set(S.TOP_KEYS)
     assert set(top["router"]["anyOf"][1]["properties"]) == set(ROUTER_KEYS)

@@ -41,6 +41,18 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class OffloadConfig:
+    """A CPU tier of KV blocks per replica (vLLM's OffloadingConnector, native backend):
+    `cpu_bytes` of host memory for the whole TP group of `world_size` GPUs, each GPU loading its
+    shard (`gpu_bytes_per_token` a token) over its own link at `gb_per_s` (kvplan/sim/offload.py)."""
+
+    cpu_bytes: int
+    gb_per_s: float
+    gpu_bytes_per_token: int
+    world_size: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class TimingConfig:
     """Roofline step-time model; when `gpu_name` is None the time unit is one scheduler step."""
 
@@ -76,5 +88,6 @@ class Workload:
     contiguous_max_len: int = 8192  # the per-request limit the "max" and "pow2" policies reserve up to
     prefix: "PrefixSection | None" = None  # shared prefixes and the prefix replay's options
     sampling: "SamplingSpec | None" = None  # experiment sharing: its sampling groups
+    offload: OffloadConfig | None = None  # serve and fleet: a CPU tier per replica
     spec: "WorkloadSpec | None" = field(default=None, compare=False, repr=False)  # what it was built from
     #   (experiment fleet: spec.fleet, its replica groups, router and transfer link)

@@ -37,6 +37,7 @@ sampling: {...}               # experiment sharing: parallel sampling / beam sea
 replicas: [{count: 2, gpu: L40S}, ...]  # experiment fleet: replica groups (kvplan/fleet/run.py)
 router: round_robin           # experiment fleet: kvplan/workload/routing.ROUTERS (llm_d, sglang ...)
 transfer: {gb_per_s: 50, latency_s: 0.001, proxy_s: 0.005}  # experiment fleet, disaggregated: the KV link, the proxy
+offload: {kv_offloading_size: 8GiB, gb_per_s: 25}  # serve and fleet: a CPU KV tier per replica, its PCIe load bandwidth
 ```
 
 The YAML file is one reader of the records in kvplan/workload/spec.py: `read_spec` checks every
@@ -60,17 +61,19 @@ from kvplan.workload.spec import AllocatorSpec
 from kvplan.workload.routing import LLM_D_INDEXES, POLICY_KEYS, PREFIX_SCORES, ROUTER_KEYS, ROUTER_NAMES, RouterSpec
 from kvplan.workload.chunks import MAX_TOKENS
 from kvplan.workload.spec import (
-    BEAM_PARENTS, DEFAULT_PROXY_S, EXPERIMENTS, GROUP_OVERRIDES, MAX_REPLICAS, MAX_REQUESTS, MAX_SLO_S, MAX_SLOTS,
+    BEAM_PARENTS, DEFAULT_PROXY_S, EXPERIMENTS, GROUP_OVERRIDES, MAX_LINK_GB_PER_S, MAX_OFFLOAD_BYTES, MAX_REPLICAS,
+    MAX_REQUESTS, MAX_SLO_S, MAX_SLOTS, MIN_OFFLOAD_GB_PER_S,
     MIN_EFFICIENCY, POOL_ENGINES, POOL_KEYS, POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, SLO_KEYS, TIMING_MODELS,
     TOO_LONG, FleetSpec, GroupSpec, PoolRequest, PrefixSection, PrefixSpec, SamplingSpec, SchedulerSpec, SloSpec,
-    SyntheticRequests, TimingSpec, TraceRequests, Transfer, WorkloadSpec,
+    SyntheticRequests, TimingSpec, TraceRequests, Transfer, WorkloadSpec, OffloadSpec,
 )  # fmt: skip
 from kvplan.workload.traces import TRACE_FORMATS
 from kvplan.workload.traces.columns import COLUMN_KEYS, TIMESTAMP_UNITS, TraceColumns
 from kvplan.workload.yaml_nodes import YamlList, YamlMap, YamlNode, as_int, as_map, load_yaml
 
 TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "pool", "requests",
-            "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router", "transfer", "slo")  # fmt: skip
+            "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router", "transfer", "slo",
+            "offload")  # fmt: skip
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
                   "swap_space", "swap_slots", "null_block", "prefix_caching",
                   "hybrid_kv_cache_manager", "allow_long_max_model_len")
@@ -80,6 +83,7 @@ FORMAT_TRACE_KEYS = {"history": ("sharegpt",), "columns": ("csv",), "timestamp_u
 TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhead_ms", "profile")
 GROUP_KEYS = ("name", "count", "role", *GROUP_OVERRIDES)
 TRANSFER_KEYS = ("gb_per_s", "latency_s", "proxy_s")
+OFFLOAD_KEYS = ("kv_offloading_size", "gb_per_s")
 PREFIX_KEYS = ("system_prompts", "system_prompt_len", "popularity", "zipf_a", "turns", "sessions",
                "hash_block_size", "max_prompt_len")
 REPLAY_KEYS = ("max_running", "hold_output")  # experiment: prefix only
@@ -119,8 +123,9 @@ def read_spec(path: str | Path, *, seed: int | None = None) -> WorkloadSpec:
     for key in ("replicas", "router", "transfer"):
         if key in doc and experiment != "fleet":
             raise doc.node(key).error(f"applies to experiment: fleet, and this is experiment: {experiment}")
-    if "slo" in doc and experiment not in ("serve", "fleet"):
-        raise doc.node("slo").error(f"applies to experiments serve and fleet, and this is experiment: {experiment}")
+    for key in ("slo", "offload"):
+        if key in doc and experiment not in ("serve", "fleet"):
+            raise doc.node(key).error(f"applies to experiments serve and fleet, and this is experiment: {experiment}")
     values = dict(
         name=doc.get_str("name", path.stem),
         seed=doc.get_int("seed", 0, ge=0) if seed is None else seed,
@@ -137,6 +142,7 @@ def read_spec(path: str | Path, *, seed: int | None = None) -> WorkloadSpec:
         sampling=_sampling(doc.get_map("sampling")) if "sampling" in doc else None,
         fleet=_fleet(doc, base) if "replicas" in doc else None,
         slo=_slo(doc.get_map("slo")) if "slo" in doc else None,
+        offload=_offload(doc.get_map("offload")) if "offload" in doc else None,
         path=str(path), locate=Locator(doc),
     )
     if "allocators" in doc:
@@ -343,6 +349,14 @@ def _slo(node: YamlMap) -> SloSpec:
     """`slo: {ttft_s, tpot_s, e2e_s}`: the limits goodput counts against (at least one)."""
     node.expect_keys(*SLO_KEYS)
     return _make(node, SloSpec, {key: node.get_float(key, None, gt=0, le=MAX_SLO_S) for key in SLO_KEYS})
+
+
+def _offload(node: YamlMap) -> OffloadSpec:
+    """`offload: {kv_offloading_size, gb_per_s}`: vLLM's CPU tier (its size with a unit) and PCIe bandwidth."""
+    node.expect_keys(*OFFLOAD_KEYS)
+    return _make(node, OffloadSpec, {"kv_offloading_size": node.get_size("kv_offloading_size", gt=0, le=MAX_OFFLOAD_BYTES),
+                                     "gb_per_s": node.get_float("gb_per_s", ge=MIN_OFFLOAD_GB_PER_S,
+                                                                le=MAX_LINK_GB_PER_S)})
 
 
 def _fleet(doc: YamlMap, base: Path) -> FleetSpec:

@@ -55,6 +55,7 @@ class AllocatorSpec:
     max_len: int | None = None  # contiguous "max"/"pow2": the per-request limit reserved up to
     prefix_caching: bool | None = None  # paged: override scheduler.prefix_caching (None: follow it)
     hybrid: bool | None = None  # paged: override scheduler.hybrid_kv_cache_manager (None: follow it)
+    offload: bool | None = None  # paged: False runs without the workload's CPU tier (None: follow it)
 
     def __post_init__(self) -> None:
         check_choice(self.kind, ("contiguous", "paged"), "kind")
@@ -69,7 +70,7 @@ class AllocatorSpec:
         if self.kind == "contiguous":
             return f"contiguous-{self.policy}"
         return (f"paged-B{self.block_size}" + (" no-cache" if self.prefix_caching is False else "")
-                + (" all-full" if self.hybrid is False else ""))
+                + (" all-full" if self.hybrid is False else "") + (" no-offload" if self.offload is False else ""))
 
 
 
@@ -451,6 +452,31 @@ class SloSpec:
         return {key: getattr(self, key) for key in SLO_KEYS}
 
 
+# ---- a CPU offload tier ------------------------------------------------------------------------
+
+
+MIN_OFFLOAD_GB_PER_S = 0.01  # 10 MB/s: below it a load of one block would leave the simulated clock
+MAX_OFFLOAD_BYTES = 2**50  # a PiB of host memory: far above any server's
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadSpec:
+    """`offload:` of a serve or fleet file: vLLM's native CPU KV offloading (`--kv-offloading-size`,
+    `--kv-offloading-backend native`: the OffloadingConnector), one tier per replica.
+
+    `kv_offloading_size`: bytes of host memory for the whole TP group, as vLLM's flag means it
+    (vllm/v1/kv_offload/cpu/spec.py, CPUOffloadingSpec: num_blocks = bytes // (page bytes x
+    layers x world size)). `gb_per_s`: each GPU's host-to-device bandwidth; every GPU of the TP
+    group loads its own shard at once (kvplan/sim/offload.py has the rules)."""
+
+    kv_offloading_size: int
+    gb_per_s: float
+
+    def __post_init__(self) -> None:
+        check_int(self.kv_offloading_size, "kv_offloading_size", gt=0, le=MAX_OFFLOAD_BYTES)
+        check_float(self.gb_per_s, "gb_per_s", ge=MIN_OFFLOAD_GB_PER_S, le=MAX_LINK_GB_PER_S)
+
+
 # ---- the workload --------------------------------------------------------------------------
 
 
@@ -479,6 +505,7 @@ class WorkloadSpec:
     prefix: PrefixSection | None = None
     sampling: SamplingSpec | None = None
     slo: SloSpec | None = None  # serve and fleet: the limits goodput counts against
+    offload: OffloadSpec | None = None  # serve and fleet: a CPU tier of KV blocks per replica
     path: str = ""
     locate: Locate | None = field(default=None, compare=False, repr=False)
 
@@ -503,3 +530,23 @@ class WorkloadSpec:
             raise _fail("replicas", "a fleet needs `replicas:`, a list of replica groups")
         if self.prefix is not None and self.prefix.replays and self.experiment != "prefix":
             raise _fail("prefix.max_running", f"applies to experiment: prefix, and this is experiment: {self.experiment}")
+        if self.offload is not None:
+            self._check_offload()
+
+    def _check_offload(self) -> None:
+        """Where a CPU tier cannot apply, refused naming `offload` (vLLM's connector stores and
+        finds blocks by their prefix hashes, loads them into a paged pool, in a timed engine)."""
+        if self.experiment not in ("serve", "fleet"):
+            raise _fail("offload", f"applies to experiments serve and fleet (an engine that steps), and this "
+                                   f"is experiment: {self.experiment}")
+        if self.gpu is None:
+            raise _fail("offload", "a CPU tier needs a gpu: its loads take KV bytes / gb_per_s seconds, "
+                                   "and a run without a gpu counts steps")
+        if not self.scheduler.prefix_caching:
+            raise _fail("offload", "a CPU tier needs prefix caching (vLLM's offloading connector looks "
+                                   "blocks up by their prefix hashes): remove scheduler.prefix_caching: false")
+        if any(a.kind != "paged" or a.prefix_caching is False for a in self.allocators):
+            raise _fail("offload", "a CPU tier serves paged allocators with prefix caching; remove the others")
+        if self.fleet is not None and self.fleet.disaggregated:
+            raise _fail("offload", "a CPU tier is modelled on colocated replicas (decode pools run without "
+                                   "prefix caching); remove offload: or the prefill and decode roles")
