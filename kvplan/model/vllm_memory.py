@@ -172,6 +172,8 @@ def non_torch_memory(tp: int) -> int:
 def before_profile(tp: int) -> int:
     """Memory in use on each of `tp` ranks before vLLM's snapshot (see CUDA_CONTEXT)."""
     return CUDA_CONTEXT + nccl_communicator(tp)
+
+
 # CUDA graphs: a base plus a share per layer at vLLM's default capture sizes up to 512, scaled by
 # how many sizes are captured (the capture's memory is its largest graph plus a little per graph
 # more: vLLM's own estimate, profile_cudagraph_memory, counts it so).
@@ -277,7 +279,7 @@ class StartupMemory:
     def free_after_sizing(self) -> int:
         """What the GPU has free once the KV cache is allocated and the CUDA graphs captured: the
         share the utilization leaves out, plus the activation peak the profile freed, less what was
-        in use before the snapshot and the graphs captured outside the pool (see after_sizing)."""
+        in use before the snapshot and the graphs captured outside the pool (the module docstring)."""
         outside = 0 if self.cuda_graphs_in_pool else self.cuda_graphs
         return self.total - self.requested + self.activation - self.before_profile - outside
 
