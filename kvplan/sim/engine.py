@@ -8,7 +8,8 @@ steps in one closed-form jump. Requests are read lazily chunk by chunk; per requ
 keeps one row of 21 int64 (168 bytes, named in kernel.py), and the running batch is a small array of
 request ids. With prefix caching, the block identities of the loaded prompts (one trie node per
 trace hash block, `prefix_ids.py`) and the cached entries live in the four arrays of `px`; a CPU
-tier (`offload.py`) adds three: the CPU slot of each block node, the slots, the loads in flight.
+tier (`offload.py`) keeps three in `cx`: the CPU slot of each block node, the slots, the loads in
+flight (`cx` is None without a tier, so that numba compiles the tier's branches out).
 """
 
 from __future__ import annotations
@@ -251,8 +252,9 @@ class KernelState:
     def kernel_args(self) -> tuple:
         """The kernel's arrays, in `kernel.run`'s order (its state as of now: px grows on load)."""
         queues = (self.running, self.sched, self.requeued, self.swapped, self.run_start, self.run_len)
-        px = (self.ids, self.held, self.copies, self.ents, self.cpu_slot, self.cpu, self.loading)
-        return self.cfg, self.st, self.req, px, queues, self.timeline, self.acc
+        px = (self.ids, self.held, self.copies, self.ents)
+        cx = (self.cpu_slot, self.cpu, self.loading) if self.setup.offload is not None else None
+        return self.cfg, self.st, self.req, px, cx, queues, self.timeline, self.acc
 
     def run(self, final: bool, progress: Callable[[int, int], None] | None = None) -> None:
         """Simulate as far as the loaded requests allow (to the end when `final`)."""

@@ -16,13 +16,17 @@ name and a one-line meaning. The arrays every function takes, always in this ord
     run_start, run_len   contiguous allocators: the free runs of slots, sorted by start
     timeline   memory samples at fixed times, one row each (columns in `record_sample`)
     acc        time integrals as exact 124-bit sums: acc[ACC_ROW, limb], four limbs of 31 bits
-    px         prefix caching (cfg[PREFIX] = 1; else 1-element dummies), int64 arrays:
+    px         prefix caching (cfg[PREFIX] = 1; else four 1-element dummies), four int64 arrays:
                px[0] trie node of each identity (hash) block of every loaded request, from
                req[rid, ID_START]; px[1] the cached entry each request holds per identity block,
                from req[rid, E_START]; px[2] per block node (trie node x PER + sub-block) its
-               first cached copy (-1: none); px[3] the cached entries, NE int64 each (E_* below);
-               with a CPU tier (cfg[OFFLOAD] = 1): px[4] per block node its CPU slot (-1: none),
-               px[5] the CPU slots, NS int64 each (C_* below), px[6] the ring of requests loading
+               first cached copy (-1: none); px[3] the cached entries, NE int64 each (E_* below)
+    cx         a CPU tier (cfg[OFFLOAD] = 1), three int64 arrays: cx[0] per block node its CPU
+               slot (-1: none), cx[1] the CPU slots, NS int64 each (C_* below), cx[2] the ring of
+               requests loading. None without a tier: numba then compiles every branch under a
+               bare `if cx is not None:` out (it prunes no other form of the test), so a run
+               without a tier passes its hot functions no tier arrays (an array costs every call
+               seven scalar arguments and a reference count); only functions with tier work take cx
 
 The waiting queue is the requeued ring first, then the arrivals from req[st[NEXT_FRESH]] on
 whose arrival tick has passed.
@@ -121,11 +125,11 @@ PC_BLOCKS_REUSED = 35   # prefix caching: hits on a cached block no running requ
 HORIZON = 36        # before the last chunk: the run may go on to this tick even past the last
                     # arrival loaded (a fleet's router has sent it nothing before then); 0: none
 IDLE = 37           # ticks spent idle, nothing running or waiting (busy time = span - IDLE)
-LD_HEAD = 38        # offload: index in px[6] of the first request loading (or loaded, waiting to run)
-LD_LEN = 39         # offload: requests in px[6]
+LD_HEAD = 38        # offload: index in cx[2] of the first request loading (or loaded, waiting to run)
+LD_LEN = 39         # offload: requests in cx[2]
 LINK_FREE = 40      # offload: tick the host-to-device link finishes the loads started so far
-LD_TOKENS = 41      # offload: tokens held by the requests in px[6] (counted as held, as vLLM allocates them)
-LD_BLOCKS = 42      # offload: blocks held by the requests in px[6]
+LD_TOKENS = 41      # offload: tokens held by the requests in cx[2] (counted as held, as vLLM allocates them)
+LD_BLOCKS = 42      # offload: blocks held by the requests in cx[2]
 CPU_HEAD = 43       # offload: least recently used CPU slot (-1: none)
 CPU_TAIL = 44       # offload: most recently used CPU slot
 CPU_USED = 45       # offload: CPU slots holding a block (never falls: an eviction refills its slot)
@@ -652,10 +656,10 @@ def give_back(cfg, st, req, px, rid):
 
 # -- the CPU tier: vLLM's offloading connector (rules: kvplan/sim/offload.py) ---------------------
 #
-# The tier is kvplan/memory/cpu_tier.py's CpuTier in flat arrays: px[4] maps a block node to its CPU
-# slot, px[5] holds the slots in one doubly linked list, least recently used first (CPU_HEAD).
+# The tier is kvplan/memory/cpu_tier.py's CpuTier in flat arrays: cx[0] maps a block node to its CPU
+# slot, cx[1] holds the slots in one doubly linked list, least recently used first (CPU_HEAD).
 
-NS = 5       # int64 per CPU slot in px[5]
+NS = 5       # int64 per CPU slot in cx[1]
 C_NODE = 0   # the block node it holds
 C_PREV = 1   # LRU neighbours (-1: none)
 C_NEXT = 2
@@ -689,41 +693,41 @@ def cpu_append(st, cs, s):
 
 
 @njit(cache=True)
-def cpu_touch(cfg, st, req, px, rid, end):
+def cpu_touch(cfg, st, req, px, cx, rid, end):
     """rid's identity blocks 0 .. end - 1 that the tier holds become the most recently used, block 0
     last (LRUCachePolicy.touch walks the keys in reverse)."""
     for j in range(end - 1, -1, -1):
-        s = px[4][block_node(cfg, req, px[0], rid, j)]
+        s = cx[0][block_node(cfg, req, px[0], rid, j)]
         if s >= 0 and s != st[CPU_TAIL]:
-            cpu_unlink(st, px[5], s)
-            cpu_append(st, px[5], s)
+            cpu_unlink(st, cx[1], s)
+            cpu_append(st, cx[1], s)
 
 
 @njit(cache=True)
-def cpu_lookup(cfg, req, px, rid, start):
+def cpu_lookup(cfg, req, px, cx, rid, start):
     """The identity blocks from `start` on that the tier holds, up to the first it does not: their
     number, and whether one of them is being loaded (get_num_new_matched_tokens's lookup)."""
     c = 0
     pinned = False
     for j in range(start, req[rid, ID_BLOCKS]):
-        s = px[4][block_node(cfg, req, px[0], rid, j)]
+        s = cx[0][block_node(cfg, req, px[0], rid, j)]
         if s < 0:
             break
         c += 1
-        if px[5][s * NS + C_REF] > 0:
+        if cx[1][s * NS + C_REF] > 0:
             pinned = True
     return c, pinned
 
 
 @njit(cache=True)
-def cpu_pin(cfg, req, px, rid, start, end, delta):
+def cpu_pin(cfg, req, px, cx, rid, start, end, delta):
     """Identity blocks start .. end - 1 of rid gain (delta 1) or lose (-1) a load reading them; the
     count of pinned slots follows. Returns the change in that count."""
     change = 0
     for j in range(start, end):
-        s = px[4][block_node(cfg, req, px[0], rid, j)]
-        before = px[5][s * NS + C_REF]
-        px[5][s * NS + C_REF] = before + delta
+        s = cx[0][block_node(cfg, req, px[0], rid, j)]
+        before = cx[1][s * NS + C_REF]
+        cx[1][s * NS + C_REF] = before + delta
         if before == 0:
             change += 1
         elif before + delta == 0:
@@ -732,7 +736,7 @@ def cpu_pin(cfg, req, px, rid, start, end, delta):
 
 
 @njit(cache=True)
-def cpu_store(cfg, st, req, px, rid, upto):
+def cpu_store(cfg, st, req, px, cx, rid, upto):
     """Offer the tier rid's identity blocks that are full once it holds `upto` tokens, from the
     first not offered yet (one batch, CPUOffloadingManager.prepare_store: those held are skipped;
     the rest need free slots or evictions of unpinned blocks not of the batch, least recently used
@@ -742,7 +746,7 @@ def cpu_store(cfg, st, req, px, rid, upto):
     if full <= start:
         return
     req[rid, STORED] = full
-    cs, slot_of = px[5], px[4]
+    cs, slot_of = cx[1], cx[0]
     st[CPU_STAMP] += 1
     stamp = st[CPU_STAMP]
     new = 0
@@ -777,11 +781,11 @@ def cpu_store(cfg, st, req, px, rid, upto):
         cpu_append(st, cs, s)
         slot_of[node] = s
     st[OF_STORED] += new
-    cpu_touch(cfg, st, req, px, rid, full)
+    cpu_touch(cfg, st, req, px, cx, rid, full)
 
 
 @njit(cache=True)
-def store_pass(cfg, st, req, px, running, sched, before):
+def store_pass(cfg, st, req, px, cx, running, sched, before):
     """After scheduling, each scheduled request offers the blocks its tokens complete, in vLLM's
     order (yield_req_data): the newly admitted (first admitted now), the running, the resumed."""
     n = st[NUM_RUNNING]
@@ -793,7 +797,7 @@ def store_pass(cfg, st, req, px, running, sched, before):
             if part != 1 and (req[rid, ADMITTED_AT] == now) != (part == 0):
                 continue
             if sched[i] > 0 and req[rid, STORED] < req[rid, ID_BLOCKS]:
-                cpu_store(cfg, st, req, px, rid, req[rid, HELD] + sched[i])
+                cpu_store(cfg, st, req, px, cx, rid, req[rid, HELD] + sched[i])
 
 
 @njit(cache=True)
@@ -805,9 +809,9 @@ def count_offload(cfg, st, req, rid, hits, cpu):
 
 
 @njit(cache=True)
-def start_load(cfg, st, req, px, rid, hits, cpu):
+def start_load(cfg, st, req, px, cx, rid, hits, cpu):
     """rid shares its GPU hits, takes GPU blocks for its `cpu` tier hits, pins them in the tier and
-    waits for them (WAITING_FOR_REMOTE_KVS) in the ring px[6]; the link carries one load at a time."""
+    waits for them (WAITING_FOR_REMOTE_KVS) in the ring cx[2]; the link carries one load at a time."""
     b = cfg[BLOCK_SIZE]
     touch(cfg, st, req, px, rid, hits)
     count_hits(st, req, rid, hits * b)
@@ -819,7 +823,7 @@ def start_load(cfg, st, req, px, rid, hits, cpu):
     req[rid, SKIPPED] = 0
     req[rid, HELD] = held
     req[rid, STORED] = total
-    st[CPU_PINNED] += cpu_pin(cfg, req, px, rid, hits, total, ONE)
+    st[CPU_PINNED] += cpu_pin(cfg, req, px, cx, rid, hits, total, ONE)
     dur = cpu * cfg[LOAD_TICKS]
     begin = max(st[NOW], st[LINK_FREE])
     req[rid, READY_AT] = begin + dur
@@ -829,24 +833,26 @@ def start_load(cfg, st, req, px, rid, hits, cpu):
     st[OF_LOAD_TICKS] += dur
     st[LD_TOKENS] += held
     st[LD_BLOCKS] += total
-    ring = px[6]
+    ring = cx[2]
     ring[(st[LD_HEAD] + st[LD_LEN]) % cfg[QUEUE_CAP]] = rid
     st[LD_LEN] += 1
 
 
 @njit(cache=True)
-def admit_loaded(cfg, st, req, px, running, sched, budget):
+def admit_loaded(cfg, st, req, px, cx, running, sched, budget):
     """The ring's front, once its load has ended: its pins go, its loaded blocks join the GPU prefix
     cache, and it starts like a waiting request holding them. Returns the tokens it was given, 0 when
     the front is still loading (or the ring is empty), -1 when it cannot start (admission stops)."""
+    if budget <= 0:
+        return -1
     if st[LD_LEN] == 0:
         return 0
-    rid = px[6][st[LD_HEAD]]
+    rid = cx[2][st[LD_HEAD]]
     ready = req[rid, READY_AT]
     if ready > st[NOW]:
         return 0
     if ready >= 0:  # the load ended: complete_load, then the scheduler caches its blocks
-        st[CPU_PINNED] += cpu_pin(cfg, req, px, rid, req[rid, CACHED], req[rid, BLOCKS], -ONE)
+        st[CPU_PINNED] += cpu_pin(cfg, req, px, cx, rid, req[rid, CACHED], req[rid, BLOCKS], -ONE)
         req[rid, READY_AT] = -1
         register(cfg, st, req, px, rid, req[rid, HELD])
     n = tokens_for(cfg, req, rid, budget)
@@ -867,24 +873,75 @@ def admit_loaded(cfg, st, req, px, running, sched, budget):
 
 
 @njit(cache=True)
-def head_touch(cfg, st, req, px, requeued, budget):
+def load_head(cfg, st, req, px, cx, rid, hits, idle):
+    """The admission phase's tier lookup for the waiting head rid (after its `hits` GPU hits, `idle`
+    of them held by nobody): it touches rid's blocks and, when the tier holds the next ones, starts
+    their load. Returns 1 when the load started, 0 when the tier holds none, -1 when admission
+    stops (max_concurrent_loads reached, a block being loaded already, or too few free blocks)."""
+    if st[LD_LEN] >= cfg[MAX_SEQS]:  # max_concurrent_loads: the lookup is put off
+        return -1
+    cpu_touch(cfg, st, req, px, cx, rid, req[rid, ID_BLOCKS])
+    cpu, pinned = cpu_lookup(cfg, req, px, cx, rid, hits)
+    if cpu == 0:
+        return 0
+    if pinned or cpu + idle > st[FREE_BLOCKS]:
+        return -1
+    start_load(cfg, st, req, px, cx, rid, hits, cpu)
+    pop_head(cfg, st)
+    return 1
+
+
+@njit(cache=True)
+def front_admissible(cfg, st, req, cx, free, budget):
+    """can_admit for the front of the loading ring: 1 when the step would start it (its load ended,
+    or it is loaded and fits `free`), 0 when it is loaded and does not fit, -1 when the ring is
+    empty or its front still loading (the waiting queue decides)."""
+    if st[LD_LEN] == 0:
+        return -1
+    front = cx[2][st[LD_HEAD]]
+    ready = req[front, READY_AT]
+    if 0 <= ready <= st[NOW]:
+        return 1  # its load ended: the step completes it
+    if ready < 0:  # loaded, waiting to run at the front
+        n = tokens_for(cfg, req, front, budget)
+        need = blocks_held(cfg, ZERO, held_after(req, front, n)) - req[front, BLOCKS]
+        return 1 if n > 0 and need <= free else 0
+    return -1
+
+
+@njit(cache=True)
+def head_admissible(cfg, st, req, px, cx, rid, n, hits, idle, new, free, budget):
+    """can_admit for the waiting head rid with a CPU tier: 1 when it would start or start loading,
+    2 when an eviction of one of its `idle` GPU hits might turn it into a CPU hit, else 0."""
+    if budget <= 0 or st[LD_LEN] >= cfg[MAX_SEQS]:
+        return 0
+    cpu, pinned = cpu_lookup(cfg, req, px, cx, rid, hits)
+    if cpu > 0 and not pinned and cpu + idle <= free:
+        return 1
+    if cpu == 0 and n > 0 and new + idle <= free:
+        return 1
+    return 2 if idle > 0 else 0
+
+
+@njit(cache=True)
+def head_touch(cfg, st, req, px, cx, requeued, budget):
     """What the admission phase does to the tier when it cannot start the waiting head: it looks
     the head up, touching its blocks. A jump takes that touch once (repeating it changes nothing)."""
     if st[NUM_RUNNING] >= cfg[MAX_SEQS] or budget <= 0 or st[LD_LEN] >= cfg[MAX_SEQS]:
         return
-    if st[LD_LEN] > 0 and req[px[6][st[LD_HEAD]], READY_AT] <= st[NOW]:
+    if st[LD_LEN] > 0 and req[cx[2][st[LD_HEAD]], READY_AT] <= st[NOW]:
         return
     rid = waiting_head(st, req, requeued)
     if rid >= 0:
-        cpu_touch(cfg, st, req, px, rid, req[rid, ID_BLOCKS])
+        cpu_touch(cfg, st, req, px, cx, rid, req[rid, ID_BLOCKS])
 
 
 @njit(cache=True)
-def wait_for_load(cfg, st, req, px, acc, timeline):
+def wait_for_load(cfg, st, req, px, cx, acc, timeline):
     """Nothing can be scheduled while loads are in flight: the clock waits for the first load to
     end, or the next arrival (or what is loaded so far); 4 when nothing could ever change."""
     target = INF
-    ring = px[6]
+    ring = cx[2]
     for i in range(st[LD_LEN]):
         ready = req[ring[(st[LD_HEAD] + i) % cfg[QUEUE_CAP]], READY_AT]
         if ready > st[NOW]:
@@ -1171,7 +1228,7 @@ def waiting_need(cfg, req, px, rid, budget):
 
 
 @njit(cache=True)
-def admit(cfg, st, req, px, running, sched, requeued, run_start, run_len, budget):
+def admit(cfg, st, req, px, cx, running, sched, requeued, run_start, run_len, budget):
     """Phase 2b, the admission rule: first come, first served, no skipping.
 
     The head of the waiting queue (requeued first, then arrivals) starts while a seat is free
@@ -1180,10 +1237,8 @@ def admit(cfg, st, req, px, running, sched, requeued, run_start, run_len, budget
     that does not fit stops admission for this step.
     """
     while st[NUM_RUNNING] < cfg[MAX_SEQS]:
-        if cfg[OFFLOAD] != 0:  # requests whose loads ended come first (vLLM keeps them at the head)
-            if budget <= 0:
-                break
-            done = admit_loaded(cfg, st, req, px, running, sched, budget)
+        if cx is not None:  # requests whose loads ended come first (vLLM keeps them at the head)
+            done = admit_loaded(cfg, st, req, px, cx, running, sched, budget)
             if done < 0:
                 break
             if done > 0:
@@ -1194,20 +1249,15 @@ def admit(cfg, st, req, px, running, sched, requeued, run_start, run_len, budget
             break
         if cfg[PAGED] != 0:
             n, hits, idle, new = waiting_need(cfg, req, px, rid, budget)
-            if cfg[OFFLOAD] != 0:
-                if st[LD_LEN] >= cfg[MAX_SEQS]:  # max_concurrent_loads: the lookup is put off
+            if cx is not None:
+                loading = load_head(cfg, st, req, px, cx, rid, hits, idle)
+                if loading < 0:
                     break
-                cpu_touch(cfg, st, req, px, rid, req[rid, ID_BLOCKS])
-                cpu, pinned = cpu_lookup(cfg, req, px, rid, hits)
-                if cpu > 0:
-                    if pinned or cpu + idle > st[FREE_BLOCKS]:
-                        break
-                    start_load(cfg, st, req, px, rid, hits, cpu)
-                    pop_head(cfg, st)
+                if loading > 0:
                     continue
             if n == 0 or new + idle > st[FREE_BLOCKS]:
                 break
-            if cfg[OFFLOAD] != 0:
+            if cx is not None:
                 count_offload(cfg, st, req, rid, hits, ZERO)
             if cfg[PREFIX] != 0:
                 touch(cfg, st, req, px, rid, hits)
@@ -1304,7 +1354,7 @@ def run_step(cfg, st, req, px, running, sched, requeued, run_start, run_len, tim
 
 
 @njit(cache=True)
-def do_step(cfg, st, req, px, running, sched, requeued, swapped, run_start, run_len, timeline, acc):
+def do_step(cfg, st, req, px, cx, running, sched, requeued, swapped, run_start, run_len, timeline, acc):
     """One scheduler step, as the reference's: the running batch, then (when nothing was
     preempted) swapped-out requests, then (when none is left swapped out) new admissions. With a
     CPU tier the scheduled requests then store their blocks, and a step with nothing to run while
@@ -1314,11 +1364,11 @@ def do_step(cfg, st, req, px, running, sched, requeued, swapped, run_start, run_
     if not preempted:
         budget = resume_swapped(cfg, st, req, px, running, sched, swapped, budget)
         if st[SWAPPED_LEN] == 0:
-            admit(cfg, st, req, px, running, sched, requeued, run_start, run_len, budget)
-    if cfg[OFFLOAD] != 0:
+            admit(cfg, st, req, px, cx, running, sched, requeued, run_start, run_len, budget)
+    if cx is not None:
         if st[NUM_RUNNING] == 0 and st[LD_LEN] > 0:
-            return wait_for_load(cfg, st, req, px, acc, timeline)
-        store_pass(cfg, st, req, px, running, sched, before)
+            return wait_for_load(cfg, st, req, px, cx, acc, timeline)
+        store_pass(cfg, st, req, px, cx, running, sched, before)
     run_step(cfg, st, req, px, running, sched, requeued, run_start, run_len, timeline, acc)
     return 0
 
@@ -1352,7 +1402,7 @@ def fit_steps(cfg, req, running, n, k, free):
 
 
 @njit(cache=True)
-def can_admit(cfg, st, req, px, requeued, swapped, run_len, free, budget):
+def can_admit(cfg, st, req, px, cx, requeued, swapped, run_len, free, budget):
     """Whether the admission phase would start anything, given the free blocks after phase 1:
     0 no, 1 yes, 2 not now, but possibly once blocks are evicted.
 
@@ -1362,15 +1412,10 @@ def can_admit(cfg, st, req, px, requeued, swapped, run_len, free, budget):
     grow as hits shrink: when those do not fit either, no eviction helps (0)."""
     if st[NUM_RUNNING] >= cfg[MAX_SEQS]:
         return 0
-    if cfg[OFFLOAD] != 0 and st[LD_LEN] > 0:
-        front = px[6][st[LD_HEAD]]
-        ready = req[front, READY_AT]
-        if 0 <= ready <= st[NOW]:
-            return 1  # its load ended: the step completes it
-        if ready < 0:  # loaded, waiting to run at the front
-            n = tokens_for(cfg, req, front, budget)
-            need = blocks_held(cfg, ZERO, held_after(req, front, n)) - req[front, BLOCKS]
-            return 1 if n > 0 and need <= free else 0
+    if cx is not None:
+        front = front_admissible(cfg, st, req, cx, free, budget)
+        if front >= 0:
+            return front
     rid = swapped[st[SWAPPED_HEAD]] if st[SWAPPED_LEN] > 0 else waiting_head(st, req, requeued)
     if rid < 0:
         return 0
@@ -1383,15 +1428,8 @@ def can_admit(cfg, st, req, px, requeued, swapped, run_len, free, budget):
         need = blocks_held(cfg, skip_of(cfg, req[rid, HELD]), held_after(req, rid, n))
         return 1 if n > 0 and need <= free else 0
     n, hits, idle, new = waiting_need(cfg, req, px, rid, budget)
-    if cfg[OFFLOAD] != 0:  # an eviction of an idle GPU hit may turn it into a CPU hit: 2
-        if budget <= 0 or st[LD_LEN] >= cfg[MAX_SEQS]:
-            return 0
-        cpu, pinned = cpu_lookup(cfg, req, px, rid, hits)
-        if cpu > 0 and not pinned and cpu + idle <= free:
-            return 1
-        if cpu == 0 and n > 0 and new + idle <= free:
-            return 1
-        return 2 if idle > 0 else 0
+    if cx is not None:
+        return head_admissible(cfg, st, req, px, cx, rid, n, hits, idle, new, free, budget)
     if n == 0:
         return 0
     if new + idle <= free:
@@ -1535,7 +1573,7 @@ def do_jump(cfg, st, req, px, running, requeued, run_start, run_len, timeline, a
 
 
 @njit(cache=True)
-def try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, timeline, acc):
+def try_jump(cfg, st, req, px, cx, running, requeued, swapped, run_start, run_len, timeline, acc):
     """Jump over the decode-only steps before the next event; False when this step is an event.
 
     A jump is taken only when the next step is decode-only (no prefill left in the batch) and
@@ -1562,7 +1600,7 @@ def try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, t
         h0 += held
         if paged:
             first += cdiv(held + 1, cfg[BLOCK_SIZE]) - req[rid, BLOCKS]
-    admissible = can_admit(cfg, st, req, px, requeued, swapped, run_len, st[FREE_BLOCKS] - first,
+    admissible = can_admit(cfg, st, req, px, cx, requeued, swapped, run_len, st[FREE_BLOCKS] - first,
                            cfg[TOKEN_BUDGET] - n)
     if admissible == 1:
         return False
@@ -1579,10 +1617,10 @@ def try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, t
         stop = req[fresh, ARRIVAL]  # the queue is empty and this arrival could be admitted
     if st[ALL_LOADED] == 0:  # never step past what is loaded (or the horizon beyond it)
         stop = min(stop, max(req[st[LOADED] - 1, ARRIVAL], st[HORIZON]))
-    if cfg[OFFLOAD] != 0:
-        if st[LD_LEN] > 0 and req[px[6][st[LD_HEAD]], READY_AT] > st[NOW]:
-            stop = min(stop, req[px[6][st[LD_HEAD]], READY_AT])  # the front's load ends
-        head_touch(cfg, st, req, px, requeued, cfg[TOKEN_BUDGET] - n)
+    if cx is not None:
+        if st[LD_LEN] > 0 and req[cx[2][st[LD_HEAD]], READY_AT] > st[NOW]:
+            stop = min(stop, req[cx[2][st[LD_HEAD]], READY_AT])  # the front's load ends
+        head_touch(cfg, st, req, px, cx, requeued, cfg[TOKEN_BUDGET] - n)
     if stop < INF:
         flat, base, slope, jstar = jump_params(cfg, h0, n)
         k = steps_before(stop - st[NOW], k, flat, base, slope, jstar)
@@ -1595,15 +1633,16 @@ def try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, t
 
 
 @njit(cache=True)
-def run(cfg, st, req, px, queues, timeline, acc, max_events):
+def run(cfg, st, req, px, cx, queues, timeline, acc, max_events):
     """Simulate until done (0), until more requests must be loaded (1), for max_events (2),
     until the clock passes CLOCK_LIMIT (3), or until nothing can ever run (4: requests waiting
     behind a load from the CPU tier hold the pool). No event moves the clock by more than 2**61 ticks
     (engine.py bounds the longest step and MAX_JUMP), so it never overflows int64.
 
-    `px`: the prefix cache's four arrays (ids, held, copies, entries); `queues`: the running batch,
-    this step's schedule, the requeued and swapped queues and the contiguous free runs (start,
-    length), as KernelState keeps them."""
+    `px`: the prefix cache's four arrays (ids, held, copies, entries); `cx`: the CPU tier's three
+    (slot of each block node, slots, loading ring), or None without one; `queues`: the running
+    batch, this step's schedule, the requeued and swapped queues and the contiguous free runs
+    (start, length), as KernelState keeps them."""
     running, sched, requeued, swapped, run_start, run_len = queues
     for _ in range(max_events):
         t = st[NOW]
@@ -1619,8 +1658,8 @@ def run(cfg, st, req, px, queues, timeline, acc, max_events):
             if fresh >= loaded:
                 return 0
             idle_until(cfg, st, req, acc, timeline, req[fresh, ARRIVAL])
-        elif not try_jump(cfg, st, req, px, running, requeued, swapped, run_start, run_len, timeline, acc):
-            if do_step(cfg, st, req, px, running, sched, requeued, swapped, run_start, run_len, timeline, acc):
+        elif not try_jump(cfg, st, req, px, cx, running, requeued, swapped, run_start, run_len, timeline, acc):
+            if do_step(cfg, st, req, px, cx, running, sched, requeued, swapped, run_start, run_len, timeline, acc):
                 return 4
         st[EVENTS] += 1
     return 2
