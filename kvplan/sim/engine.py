@@ -23,7 +23,7 @@ from kvplan.errors import WorkloadError
 from kvplan.sim import kernel as K
 from kvplan.sim.inputs import PreparedChunk, SimSetup, make_setup, prepared_chunks
 from kvplan.memory.prefix_cache import PrefixCacheStats
-from kvplan.sim.offload import OffloadStats
+from kvplan.sim.offload import OffloadStats, stalled
 from kvplan.sim.metrics import INTEGRALS, RawRun, ServeResult, build_result
 from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
 from kvplan.workload.records import Workload
@@ -269,9 +269,7 @@ class KernelState:
                 raise WorkloadError("the simulated time passed 2^62 ticks (53 days at the picosecond "
                                     "ticks of a timed run): arrivals or steps too far apart", field="timing")
             if code == 4:
-                raise WorkloadError("requests loaded from the CPU tier hold the pool while the request "
-                                    "ahead of them waits for blocks: the pool is too small for the loads "
-                                    "in flight", field="offload")
+                raise stalled()
             if code != 2:
                 return
 

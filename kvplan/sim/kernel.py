@@ -839,6 +839,14 @@ def start_load(cfg, st, req, px, cx, rid, hits, cpu):
 
 
 @njit(cache=True)
+def loaded_start(cfg, req, rid, budget):
+    """For a request whose load from the tier is done: the tokens it would be given within `budget`
+    and the GPU blocks it needs beyond those it holds."""
+    n = tokens_for(cfg, req, rid, budget)
+    return n, blocks_held(cfg, ZERO, held_after(req, rid, n)) - req[rid, BLOCKS]
+
+
+@njit(cache=True)
 def admit_loaded(cfg, st, req, px, cx, running, sched, budget):
     """The ring's front, once its load has ended: its pins go, its loaded blocks join the GPU prefix
     cache, and it starts like a waiting request holding them. Returns the tokens it was given, 0 when
@@ -855,8 +863,7 @@ def admit_loaded(cfg, st, req, px, cx, running, sched, budget):
         st[CPU_PINNED] += cpu_pin(cfg, req, px, cx, rid, req[rid, CACHED], req[rid, BLOCKS], -ONE)
         req[rid, READY_AT] = -1
         register(cfg, st, req, px, rid, req[rid, HELD])
-    n = tokens_for(cfg, req, rid, budget)
-    need = blocks_held(cfg, ZERO, held_after(req, rid, n)) - req[rid, BLOCKS]
+    n, need = loaded_start(cfg, req, rid, budget)
     if n == 0 or need > st[FREE_BLOCKS]:
         return -1
     st[LD_TOKENS] -= req[rid, HELD]
@@ -903,8 +910,7 @@ def front_admissible(cfg, st, req, cx, free, budget):
     if 0 <= ready <= st[NOW]:
         return 1  # its load ended: the step completes it
     if ready < 0:  # loaded, waiting to run at the front
-        n = tokens_for(cfg, req, front, budget)
-        need = blocks_held(cfg, ZERO, held_after(req, front, n)) - req[front, BLOCKS]
+        n, need = loaded_start(cfg, req, front, budget)
         return 1 if n > 0 and need <= free else 0
     return -1
 

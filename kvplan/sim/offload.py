@@ -90,6 +90,13 @@ def offload_setup(config: OffloadConfig, block_size: int, max_model_len: int) ->
     return OffloadSetup(config.cpu_bytes, config.gb_per_s, num_blocks, block_bytes, load_ticks)
 
 
+def stalled() -> WorkloadError:
+    """The run neither engine can go on with: requests loaded from the tier hold the pool while the
+    request ahead of them waits for blocks (the module docstring's last rule)."""
+    return WorkloadError("requests loaded from the CPU tier hold the pool while the request ahead of them "
+                         "waits for blocks: the pool is too small for the loads in flight", field="offload")
+
+
 @dataclass(frozen=True, slots=True)
 class OffloadStats:
     """The tier's counters (defined in the module docstring), integers only."""

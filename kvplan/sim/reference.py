@@ -66,7 +66,7 @@ from kvplan.memory.prefix_cache import BlockPool
 from kvplan.model.step_time import prefill_pairs
 from kvplan.sim.inputs import SimSetup, make_setup, prepared_chunks
 from kvplan.sim.metrics import RawRun, ServeResult, build_result
-from kvplan.sim.offload import OffloadStats
+from kvplan.sim.offload import OffloadStats, stalled
 from kvplan.sim.sampling import TIMELINE_POINTS, TimelineSampler
 from kvplan.workload.records import Workload
 from kvplan.workload.spec import AllocatorSpec
@@ -452,11 +452,7 @@ class ReferenceSim:
         if self.next_arrival < len(self.reqs):
             later.append(self.reqs[self.next_arrival].arrival)
         if not later:
-            from kvplan.errors import WorkloadError
-
-            raise WorkloadError("requests loaded from the CPU tier hold the pool while the request "
-                                "ahead of them waits for blocks: the pool is too small for the loads "
-                                "in flight", field="offload")
+            raise stalled()
         until = min(later)
         dt, shared = until - self.t, self.shared_slots()
         tokens = sum(r.held for r in self.loading) - shared
