@@ -20,17 +20,27 @@ def step(
     quantization: Annotated[Optional[str], typer.Option(help="vLLM's online quantization of a bf16 checkpoint: fp8.")] = None,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs.")] = False,
     timing_profile: TimingProfileOpt = None,
+    speculative: Annotated[Optional[str], typer.Option(
+        help="Speculative decoding method, vLLM's speculative-config 'method': eagle, eagle3, mtp, ngram.")] = None,
+    num_speculative_tokens: Annotated[Optional[int], typer.Option(
+        help="Draft tokens per step (vLLM's num_speculative_tokens; default 3, or the --acceptance list's length).")] = None,
+    acceptance: Annotated[Optional[str], typer.Option(
+        help="Per-position acceptance rates, e.g. 0.8,0.6,0.4 (default: the method's published rate).")] = None,
     json: JsonOpt = False,
 ) -> None:
     """The step-time model shown: one decode step and one prefill chunk, term by term.
 
     Example: kvplan step meta-llama/Llama-3.1-8B-Instruct --gpu H100-80GB --tp 2 --batch 64 --context 4096
+
+    With --speculative eagle3 --num-speculative-tokens 3: the verify step of batch x 4 tokens, the
+    draft's passes, the tokens a step emits, and the time per output token against no speculation.
     """
     from kvplan.model.step import step_of
 
     report = step_of(model, gpu=gpu, tp=tp, batch=batch, context=context, chunk=chunk, kv_dtype=kv_dtype,
                      quantization=quantization, enforce_eager=enforce_eager,
-                     timing_profile=None if timing_profile is None else str(timing_profile))
+                     timing_profile=None if timing_profile is None else str(timing_profile),
+                     speculative=speculative, num_speculative_tokens=num_speculative_tokens, acceptance=acceptance)
     if json:
         from kvplan.report.output import emit_json
 

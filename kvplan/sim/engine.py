@@ -57,6 +57,10 @@ def longest_step(setup: SimSetup) -> int:
                    c.host + c.host_per_request * s.max_num_seqs)
     else:
         step = c.overhead + max(c.weights + c.kv_per_token * setup.slots, c.compute_per_token * budget)
+    sp = setup.speculative
+    if sp is not None and c.physical:  # every draft verified, and k draft passes as long as the longest
+        step += sp.verify * budget + sp.k * sp.pass_ticks(budget, s.max_num_seqs, setup.slots,
+                                                          budget * (setup.slots + budget))
     if step > MAX_EVENT_TICKS:
         raise WorkloadError(f"one step could take {step / 1e12:.3g} s of simulated time, more than "
                             "the simulator's clock holds; check the timing settings", field="timing")
@@ -88,7 +92,27 @@ def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
     for key, value in values.items():
         cfg[key] = int(value)
     cfg[K.NUM_SETTINGS:K.NUM_SETTINGS + len(c.linear)] = np.asarray(c.linear, dtype=np.int64)
+    if setup.speculative is not None:
+        cfg = _speculative_config(cfg, setup.speculative)
     return cfg
+
+
+def _speculative_config(cfg: np.ndarray, sp) -> np.ndarray:
+    """cfg with the speculative settings (kvplan/sim/speculative.SpecSetup): its scalars, and the
+    draft's linear table and the acceptance thresholds appended after the target's table."""
+    lin_at = len(cfg)
+    thr_at = lin_at + len(sp.linear)
+    out = np.zeros(thr_at + len(sp.thresholds), dtype=np.int64)
+    out[:lin_at] = cfg
+    out[lin_at:thr_at] = np.asarray(sp.linear, dtype=np.int64)
+    out[thr_at:] = np.asarray(sp.thresholds, dtype=np.int64)
+    values = {K.SPEC_K: sp.k, K.SPEC_LOOKAHEAD: sp.lookahead, K.SPEC_SEED: sp.seed, K.SPEC_VERIFY: sp.verify,
+              K.SPEC_OVERHEAD: sp.overhead, K.SPEC_REQ: sp.per_request, K.SPEC_KV: sp.kv_per_token,
+              K.SPEC_ATTN: sp.attention_per_pair, K.SPEC_LIN_AT: lin_at, K.SPEC_LIN_LEN: len(sp.linear),
+              K.SPEC_LIN_SLOPE: sp.linear_slope, K.SPEC_THR_AT: thr_at, K.SPEC_MAX_LEN: sp.max_model_len}
+    for key, value in values.items():
+        out[key] = int(value)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

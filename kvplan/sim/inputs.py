@@ -12,7 +12,7 @@ Clipping (vLLM's limits, applied at load and counted in `clipped`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import numpy as np
@@ -22,6 +22,7 @@ from kvplan.memory.capacity import contiguous_reservations
 from kvplan.memory.contiguous import POLICIES, reservation
 from kvplan.sim.offload import OffloadSetup, offload_setup
 from kvplan.sim.prefix_ids import ChunkIds, PrefixTrie
+from kvplan.sim.speculative import SpecSetup, spec_setup
 from kvplan.sim.timing import StepClock, make_clock
 from kvplan.workload.pool_rules import HybridBlocks, hybrid_rule, pool_bytes, usable_blocks
 from kvplan.workload.records import SchedulerConfig, Workload
@@ -46,6 +47,7 @@ class SimSetup:
     prefix_caching: bool = False  # paged with scheduler.prefix_caching: full prompt blocks are shared
     hybrid: HybridBlocks | None = None  # paged, a model of several kinds of layers: vLLM's groups
     offload: OffloadSetup | None = None  # paged with prefix caching: a CPU tier (kvplan/sim/offload.py)
+    speculative: SpecSetup | None = None  # speculative decoding (kvplan/sim/speculative.py)
 
     @property
     def tail_slots(self) -> int:
@@ -93,7 +95,20 @@ def _check_scheduler(s: SchedulerConfig) -> None:
 
 
 def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
-    """Check that `allocator` can serve `workload` at all, and fix the pool geometry."""
+    """Check that `allocator` can serve `workload` at all, and fix the pool geometry (and the
+    speculative decoding settings, where it has them)."""
+    setup = _make_setup(workload, allocator)
+    if workload.speculative is None:
+        return setup
+    if setup.hybrid is not None:
+        raise WorkloadError("speculative decoding is modelled on models of one kind of attention layer; "
+                            "this model's hybrid layer groups are not (remove speculative:)", field="speculative")
+    spec = spec_setup(workload.speculative, setup.clock, workload.seed, setup.sched.max_num_batched_tokens,
+                      setup.sched.max_model_len)
+    return replace(setup, speculative=spec)
+
+
+def _make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
     s = workload.scheduler
     _check_scheduler(s)
     slots = _int_at_least(workload.pool.slots, 1, "pool.slots")

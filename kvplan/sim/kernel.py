@@ -183,7 +183,20 @@ HOST_REQ_TICKS = 33 # physical, async scheduling: its host ticks per scheduled r
 OFFLOAD = 34        # 1: a CPU tier behind the prefix cache (kvplan/sim/offload.py; needs PREFIX)
 CPU_BLOCKS = 35     # offload: blocks the CPU tier holds
 LOAD_TICKS = 36     # offload: ticks one block takes to load over the host-to-device link
-NUM_SETTINGS = 37   # cfg[NUM_SETTINGS + n]: ticks of the linear layers and all-reduces for n tokens
+SPEC_K = 37         # speculative decoding (kvplan/sim/speculative.py): drafts per decode step; 0: none
+SPEC_LOOKAHEAD = 38 # speculative: KV slots a running request's allocation adds for the drafter
+SPEC_SEED = 39      # speculative: the seed of the acceptance draws
+SPEC_VERIFY = 40    # speculative, physical: ticks of the target's lm_head on one draft position
+SPEC_OVERHEAD = 41  # speculative, physical: ticks of a draft pass whatever its tokens (0: no pass, n-gram)
+SPEC_REQ = 42       # speculative, physical: ticks of a draft pass per request
+SPEC_KV = 43        # speculative, physical: ticks of the draft layers reading one token of KV
+SPEC_ATTN = 44      # speculative, physical: ticks of the draft layers' attention per prefill pair
+SPEC_LIN_AT = 45    # speculative: cfg index of the draft's linear-ticks table (0, 1, ... tokens)
+SPEC_LIN_LEN = 46   # speculative: its entries
+SPEC_LIN_SLOPE = 47 # speculative: ticks per token beyond it
+SPEC_THR_AT = 48    # speculative: cfg index of the k acceptance thresholds (out of 2^32)
+SPEC_MAX_LEN = 49   # speculative: max_model_len, which caps a step's drafts and its lookahead slots
+NUM_SETTINGS = 50   # cfg[NUM_SETTINGS + n]: ticks of the linear layers and all-reduces for n tokens
 
 # -- acc[ACC_ROW, limb]: time integrals of ... dt ----------------------------------------------------
 # np.int64, not Python ints: numba compiles a separate copy of a function for every distinct int
@@ -983,11 +996,25 @@ def tokens_for(cfg, req, rid, budget):
 def tokens_from(cfg, held, tgt, budget):
     """tokens_for of a request holding `held` tokens whose prefill ends at `tgt`."""
     if held >= tgt:
-        return 1 if budget >= 1 else 0
+        if budget < 1:
+            return 0
+        d = 1 + cfg[SPEC_K]  # speculative: the last token and its k drafts, cut to the budget
+        if d > 1:  # and to max_model_len - 1 - held (vLLM's scheduler), at least the one token
+            d = max(min(d, cfg[SPEC_MAX_LEN] - 1 - held), 1)
+        return d if d < budget else budget
     rest = tgt - held
     if cfg[CHUNKED_PREFILL] != 0:
         return rest if rest < budget else budget
     return rest if rest <= budget else 0
+
+
+@njit(cache=True, inline="always")
+def lookahead_slots(cfg, held):
+    """Slots a running request holding `held` after its step allocates: with an EAGLE-style drafter
+    the lookahead more, up to max_model_len (vLLM's allocate_slots, num_lookahead_tokens)."""
+    if cfg[SPEC_LOOKAHEAD] == 0:
+        return held
+    return max(held, min(held + cfg[SPEC_LOOKAHEAD], cfg[SPEC_MAX_LEN]))
 
 
 @njit(cache=True)
@@ -1165,7 +1192,8 @@ def schedule_running(cfg, st, req, px, running, sched, requeued, swapped):
             i += 1
             continue
         skip = skip_of(cfg, req[rid, HELD])
-        need = blocks_held(cfg, skip, held_after(req, rid, n)) - req[rid, BLOCKS] if cfg[PAGED] != 0 else 0
+        need = (blocks_held(cfg, skip, lookahead_slots(cfg, held_after(req, rid, n))) - req[rid, BLOCKS]
+                if cfg[PAGED] != 0 else 0)
         scheduled = True
         while need > st[FREE_BLOCKS]:
             st[NUM_RUNNING] -= 1
@@ -1206,7 +1234,7 @@ def resume_swapped(cfg, st, req, px, running, sched, swapped, budget):
         rid = swapped[st[SWAPPED_HEAD]]
         n = tokens_for(cfg, req, rid, budget)
         skip = skip_of(cfg, req[rid, HELD])
-        need = blocks_held(cfg, skip, held_after(req, rid, n))
+        need = blocks_held(cfg, skip, lookahead_slots(cfg, held_after(req, rid, n)))
         if n == 0 or need > st[FREE_BLOCKS]:
             break
         req[rid, SKIPPED] = skip
@@ -1322,6 +1350,75 @@ def batch_sums(cfg, req, running, sched, n):
     return kv, processed, tokens, alloc, final, nreq, pairs
 
 
+# -- speculative decoding (kvplan/sim/speculative.py has the rules and the reference's twins) --------
+
+U_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+U_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+U_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+@njit(cache=True)
+def spec_draw(seed, rid, generated):
+    """32 uniform bits for request rid after `generated` tokens (speculative.draw, bit for bit)."""
+    x = np.uint64(seed) * U_GOLDEN + np.uint64(rid) * U_MIX1 + np.uint64(generated)
+    x ^= x >> np.uint64(30)
+    x *= U_MIX1
+    x ^= x >> np.uint64(27)
+    x *= U_MIX2
+    x ^= x >> np.uint64(31)
+    return np.int64(x >> np.uint64(32))
+
+
+@njit(cache=True)
+def spec_advance(cfg, req, rid, s):
+    """A decoding request's step of s tokens (s - 1 drafts): it holds and has generated 1 + a more,
+    a the drafts accepted (at most what its output has left); the caller adds the last 1."""
+    u = spec_draw(cfg[SPEC_SEED], rid, req[rid, GENERATED])
+    a = 0
+    while a < s - 1 and u < cfg[cfg[SPEC_THR_AT] + a]:
+        a += 1
+    left = req[rid, OUTPUT] - req[rid, GENERATED] - 1
+    if a > left:
+        a = left
+    req[rid, HELD] += 1 + a
+    req[rid, GENERATED] += a
+
+
+@njit(cache=True)
+def spec_pass_ticks(cfg, tokens, nreq, kv, pairs):
+    """Ticks of one draft pass (speculative.SpecSetup.pass_ticks)."""
+    if tokens <= 0 or cfg[SPEC_OVERHEAD] == 0:
+        return 0
+    last = cfg[SPEC_LIN_LEN] - 1
+    lin = (cfg[cfg[SPEC_LIN_AT] + tokens] if tokens <= last
+           else cfg[cfg[SPEC_LIN_AT] + last] + (tokens - last) * cfg[SPEC_LIN_SLOPE])
+    return cfg[SPEC_OVERHEAD] + cfg[SPEC_REQ] * nreq + lin + cfg[SPEC_KV] * kv + cfg[SPEC_ATTN] * pairs
+
+
+@njit(cache=True)
+def spec_step_dt(cfg, req, running, sched, n, kv, processed, nreq, pairs):
+    """step_dt with the drafts verified and the drafter's passes (speculative.SpecSetup.step_ticks)."""
+    if cfg[TIMED] == 0 or cfg[PHYSICAL] == 0:
+        return step_dt(cfg, kv, processed, nreq, pairs)
+    decoders = 0
+    drafts = 0
+    kv_dec = 0
+    for i in range(n):
+        rid = running[i]
+        if sched[i] > 0 and req[rid, HELD] >= req[rid, PREFILL_END]:
+            decoders += 1
+            drafts += sched[i] - 1
+            kv_dec += kv_read(cfg, req[rid, HELD])
+    extra = cfg[SPEC_VERIFY] * drafts
+    if decoders > 0:
+        extra += (spec_pass_ticks(cfg, processed, nreq, kv, pairs)
+                  + (cfg[SPEC_K] - 1) * spec_pass_ticks(cfg, decoders, decoders, kv_dec, 0))
+    gpu = (cfg[OVERHEAD] + cfg[REQ_TICKS] * nreq + linear_ticks(cfg, processed)
+           + cfg[KV_TICKS] * kv + cfg[ATTN_TICKS] * pairs + extra)
+    host = cfg[HOST_TICKS] + cfg[HOST_REQ_TICKS] * nreq
+    return gpu if gpu > host else host
+
+
 @njit(cache=True)
 def run_step(cfg, st, req, px, running, sched, requeued, run_start, run_len, timeline, acc):
     """Phase 3: time the step, account for it, apply its tokens, finish requests. Memory is
@@ -1333,7 +1430,10 @@ def run_step(cfg, st, req, px, running, sched, requeued, run_start, run_len, tim
     shared = st[SHARED] * cfg[BLOCK_SIZE]
     tokens -= shared
     alloc -= shared
-    dt = step_dt(cfg, kv, processed, nreq, pairs)
+    if cfg[SPEC_K] == 0:
+        dt = step_dt(cfg, kv, processed, nreq, pairs)
+    else:
+        dt = spec_step_dt(cfg, req, running, sched, n, kv, processed, nreq, pairs)
     ext = external(cfg, st, req, requeued, run_len)
     account_span(cfg, st, req, acc, timeline, dt, n, waiting_count(st, req, st[NOW]), tokens, alloc, final, ext)
     st[PEAK_RUNNING] = max(st[PEAK_RUNNING], n)
@@ -1342,7 +1442,10 @@ def run_step(cfg, st, req, px, running, sched, requeued, run_start, run_len, tim
     for i in range(n):
         rid = running[i]
         if sched[i] > 0:
-            req[rid, HELD] = held_after(req, rid, sched[i])
+            if cfg[SPEC_K] != 0 and req[rid, HELD] >= req[rid, PREFILL_END]:
+                spec_advance(cfg, req, rid, sched[i])
+            else:
+                req[rid, HELD] = held_after(req, rid, sched[i])
             if req[rid, HELD] >= req[rid, PREFILL_END]:
                 req[rid, GENERATED] += 1
                 if req[rid, GENERATED] == 1:
@@ -1431,7 +1534,7 @@ def can_admit(cfg, st, req, px, cx, requeued, swapped, run_len, free, budget):
         return 1 if largest_run(st, run_len) >= req[rid, RESERVED] else 0
     if st[SWAPPED_LEN] > 0:
         n = tokens_for(cfg, req, rid, budget)
-        need = blocks_held(cfg, skip_of(cfg, req[rid, HELD]), held_after(req, rid, n))
+        need = blocks_held(cfg, skip_of(cfg, req[rid, HELD]), lookahead_slots(cfg, held_after(req, rid, n)))
         return 1 if n > 0 and need <= free else 0
     n, hits, idle, new = waiting_need(cfg, req, px, rid, budget)
     if cx is not None:
@@ -1591,7 +1694,8 @@ def try_jump(cfg, st, req, px, cx, running, requeued, swapped, run_start, run_le
     queue, so that nothing is evicted.
     """
     n = st[NUM_RUNNING]
-    if n == 0 or n > cfg[TOKEN_BUDGET] or cfg[HYBRID] != 0:  # hybrid runs step by step (for now)
+    if n == 0 or n > cfg[TOKEN_BUDGET] or cfg[HYBRID] != 0 or cfg[SPEC_K] != 0:  # hybrid and speculative
+        #   runs step by step (a speculative step's tokens depend on each request's draws)
         return False
     k = cfg[MAX_JUMP]
     h0 = 0

@@ -179,7 +179,13 @@ class ReferenceSim:
         by_id = {r.rid: r for r in self.running}
         kv_read = sum(self.kv_read(by_id[rid].held) for rid in work)
         pairs = sum(prefill_pairs(n, by_id[rid].held) for rid, n in work.items() if by_id[rid].prefilling)
-        dt = self.clock.step_ticks(kv_read, sum(work.values()), len(work), pairs)
+        if self.s.speculative is None:
+            dt = self.clock.step_ticks(kv_read, sum(work.values()), len(work), pairs)
+        else:
+            decoding = [rid for rid in work if not by_id[rid].prefilling]
+            dt = self.s.speculative.step_ticks(self.clock, kv_read, sum(work.values()), len(work), pairs,
+                                               len(decoding), sum(work[rid] - 1 for rid in decoding),
+                                               sum(self.kv_read(by_id[rid].held) for rid in decoding))
         self.account(work, dt)
         self.execute(work, self.t + dt)
         self.t += dt
@@ -190,7 +196,8 @@ class ReferenceSim:
     def tokens_for(self, req: Req, budget: int, held: int | None = None) -> int:
         held = req.held if held is None else held
         if held >= req.target:
-            return 1 if budget >= 1 else 0
+            spec = self.s.speculative  # 1 + k: the last token and its drafts (speculative.py)
+            return (1 if spec is None else spec.tokens(held, budget)) if budget >= 1 else 0
         rest = req.target - held
         if self.sched.chunked_prefill:
             return min(rest, budget)
@@ -208,6 +215,11 @@ class ReferenceSim:
         if h is None or not h.sliding:
             return 0
         return max(computed - h.window + 1, 0) // self.s.block_size
+
+    def slots(self, held: int) -> int:
+        """Slots a running request holding `held` after its step allocates: with an EAGLE-style
+        drafter the lookahead more, up to max_model_len (vLLM's num_lookahead_tokens)."""
+        return held if self.s.speculative is None else self.s.speculative.slots(held)
 
     def kv_read(self, held: int) -> int:
         """KV a step reads for a request, in tokens of every layer: sliding layers read their window."""
@@ -267,7 +279,7 @@ class ReferenceSim:
                 i += 1
                 continue
             skip = self.skip_for(req.held)
-            need = self.blocks_for(req.held_after(n), skip) - req.blocks if self.s.paged else 0
+            need = self.blocks_for(self.slots(req.held_after(n)), skip) - req.blocks if self.s.paged else 0
             while need > self.num_free():
                 victim = self.running.pop()
                 assert victim.rid not in work
@@ -306,7 +318,7 @@ class ReferenceSim:
             req = self.swapped[0]
             n = self.tokens_for(req, budget)
             skip = self.skip_for(req.held)
-            need = self.blocks_for(req.held_after(n), skip)
+            need = self.blocks_for(self.slots(req.held_after(n)), skip)
             if n == 0 or need > self.num_free():
                 break
             req.skip = skip
@@ -503,7 +515,13 @@ class ReferenceSim:
         for req in list(self.running):
             if req.rid not in work:
                 continue
-            req.held = req.held_after(work[req.rid])
+            if self.s.speculative is not None and not req.prefilling:  # 1 + accepted drafts
+                a = self.s.speculative.accepted(req.rid, req.generated, work[req.rid] - 1)
+                a = min(a, req.output - req.generated - 1)
+                req.held += 1 + a
+                req.generated += a
+            else:
+                req.held = req.held_after(work[req.rid])
             if req.held < req.target:  # a prefill chunk that produced no token yet
                 continue
             req.generated += 1

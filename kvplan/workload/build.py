@@ -19,7 +19,7 @@ from kvplan.errors import KvplanError, WorkloadError
 from kvplan.model.facts import ModelFacts
 from kvplan.model.vllm_memory import default_batch
 from kvplan.workload.distributions import AllAtOnce, Fixed, Lengths, Uniform, synthetic_requests
-from kvplan.workload.records import OffloadConfig, PoolSpec, SchedulerConfig, TimingConfig, Workload
+from kvplan.workload.records import OffloadConfig, PoolSpec, SchedulerConfig, SpeculativeRun, TimingConfig, Workload
 from kvplan.workload.checks import check_int
 from kvplan.workload.spec import MAX_REQUESTS, MAX_SLOTS, PrefixSection, TraceRequests, WorkloadSpec
 from kvplan.workload.traces import open_trace
@@ -42,6 +42,9 @@ def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None
     bytes_per_slot = layout.bytes_per_token if layout is not None else None
     scheduler = _scheduler(spec, layout, bytes_per_slot, model.gpu if model is not None else None)
     pool = _pool(spec, model, bytes_per_slot, scheduler)
+    speculative = None
+    if spec.speculative is not None:
+        speculative, pool = _speculative(spec, model, pool)
     mml = scheduler.max_model_len
     num_requests, make = _requests(spec, mml)
     allocators = tuple(replace(a, max_len=mml) if a.kind == "contiguous" and a.max_len is None else a
@@ -52,8 +55,27 @@ def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None
         num_requests=num_requests, pool=pool, allocators=allocators, scheduler=scheduler,
         timing=_timing(spec, model), make_requests=make, layout=layout,
         contiguous_max_len=contiguous[0] if contiguous else mml, prefix=_prefix(spec, mml), sampling=spec.sampling,
-        offload=_offload(spec, layout, bytes_per_slot), spec=spec,
+        offload=_offload(spec, layout, bytes_per_slot), spec=spec, speculative=speculative,
     )  # fmt: skip
+
+
+def _speculative(spec: WorkloadSpec, model: ModelFacts | None, pool: PoolSpec):
+    """The setting and its draft (kvplan/model/speculative.py). The draft's layers keep KV of their
+    own and EAGLE heads their weights, so a pool sized from memory holds (KV bytes - the head's
+    weights) // (the target's + the draft's bytes per token); a pool given in slots stays as given."""
+    setting = spec.speculative.setting()
+    draft = None
+    if model is not None and model.step_model is not None and model.spec is not None and model.weights is not None:
+        from kvplan.model.speculative import draft_of
+
+        draft = draft_of(model.spec, model.layout, model.weights, model.step_model, setting)
+        if spec.pool.key != "slots" and pool.bytes_per_slot and pool.kv_bytes is not None:
+            kv = pool.kv_bytes - draft.weight_bytes_per_gpu
+            slots = kv // (pool.bytes_per_slot + draft.kv_bytes_per_token)
+            if not 1 <= slots <= MAX_SLOTS:
+                raise _fail("speculative", f"leaves {slots} token slots beside the draft's weights and KV")
+            pool = PoolSpec(slots, pool.bytes_per_slot, kv)
+    return SpeculativeRun(setting, draft), pool
 
 
 def _offload(spec: WorkloadSpec, layout, bytes_per_slot: int | None) -> OffloadConfig | None:

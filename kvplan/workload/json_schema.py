@@ -160,6 +160,13 @@ def workload_schema() -> dict:
                            ("kv_offloading_size", "gb_per_s"),
                            "experiments serve and fleet: vLLM's CPU KV offload tier per replica (--kv-offloading-size) "
                            "and each GPU's host-to-device bandwidth"),
+        "speculative": _closed({"method": {"enum": ["eagle", "eagle3", "mtp", "ngram"]},
+                                "num_speculative_tokens": {"type": "integer", "minimum": 1, "maximum": 32},
+                                "acceptance": {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1},
+                                               "minItems": 1, "maxItems": 32}},
+                               ("method",),
+                               "experiment serve: speculative decoding as vLLM's --speculative-config runs it, "
+                               "with the acceptance rate of each draft position"),
     }
     assert set(top) == set(S.TOP_KEYS)
     assert set(top["router"]["anyOf"][1]["properties"]) == set(ROUTER_KEYS)

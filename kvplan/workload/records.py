@@ -5,7 +5,7 @@ builder (kvplan/workload/build.py), the simulator and the replays.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from kvplan.model.layout import KVLayout
 from kvplan.workload.chunks import RequestChunk
@@ -69,6 +69,15 @@ class TimingConfig:
     step: "StepModel | None" = field(default=None, compare=False, repr=False)  # the physical model, with a GPU
 
 
+@dataclass(frozen=True, slots=True)
+class SpeculativeRun:
+    """Speculative decoding of a serve run: the setting (kvplan.model.speculative.Speculative) and
+    its draft on the workload's GPU (a Draft; None without a model and a gpu: tokens only)."""
+
+    setting: Any
+    draft: Any = None
+
+
 @dataclass(slots=True)
 class Workload:
     """A workload ready to run (kvplan/workload/build.py makes it from a WorkloadSpec): what is
@@ -89,5 +98,6 @@ class Workload:
     prefix: "PrefixSection | None" = None  # shared prefixes and the prefix replay's options
     sampling: "SamplingSpec | None" = None  # experiment sharing: its sampling groups
     offload: OffloadConfig | None = None  # serve and fleet: a CPU tier per replica
+    speculative: "SpeculativeRun | None" = None  # serve: speculative decoding (kvplan/workload/build.py)
     spec: "WorkloadSpec | None" = field(default=None, compare=False, repr=False)  # what it was built from
     #   (experiment fleet: spec.fleet, its replica groups, router and transfer link)

@@ -65,15 +65,15 @@ from kvplan.workload.spec import (
     MAX_REQUESTS, MAX_SLO_S, MAX_SLOTS, MIN_OFFLOAD_GB_PER_S,
     MIN_EFFICIENCY, POOL_ENGINES, POOL_KEYS, POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, SLO_KEYS, TIMING_MODELS,
     TOO_LONG, FleetSpec, GroupSpec, PoolRequest, PrefixSection, PrefixSpec, SamplingSpec, SchedulerSpec, SloSpec,
-    SyntheticRequests, TimingSpec, TraceRequests, Transfer, WorkloadSpec, OffloadSpec,
+    SyntheticRequests, TimingSpec, TraceRequests, Transfer, WorkloadSpec, OffloadSpec, SpeculativeSpec,
 )  # fmt: skip
 from kvplan.workload.traces import TRACE_FORMATS
 from kvplan.workload.traces.columns import COLUMN_KEYS, TIMESTAMP_UNITS, TraceColumns
-from kvplan.workload.yaml_nodes import YamlList, YamlMap, YamlNode, as_int, as_map, load_yaml
+from kvplan.workload.yaml_nodes import YamlList, YamlMap, YamlNode, as_float, as_int, as_map, load_yaml
 
 TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "pool", "requests",
             "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router", "transfer", "slo",
-            "offload")  # fmt: skip
+            "offload", "speculative")  # fmt: skip
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
                   "swap_space", "swap_slots", "null_block", "prefix_caching",
                   "hybrid_kv_cache_manager", "allow_long_max_model_len")
@@ -84,6 +84,7 @@ TIMING_KEYS = ("model", "bandwidth_efficiency", "flops_efficiency", "step_overhe
 GROUP_KEYS = ("name", "count", "role", *GROUP_OVERRIDES)
 TRANSFER_KEYS = ("gb_per_s", "latency_s", "proxy_s")
 OFFLOAD_KEYS = ("kv_offloading_size", "gb_per_s")
+SPECULATIVE_KEYS = ("method", "num_speculative_tokens", "acceptance")
 PREFIX_KEYS = ("system_prompts", "system_prompt_len", "popularity", "zipf_a", "turns", "sessions",
                "hash_block_size", "max_prompt_len")
 REPLAY_KEYS = ("max_running", "hold_output")  # experiment: prefix only
@@ -143,6 +144,7 @@ def read_spec(path: str | Path, *, seed: int | None = None) -> WorkloadSpec:
         fleet=_fleet(doc, base) if "replicas" in doc else None,
         slo=_slo(doc.get_map("slo")) if "slo" in doc else None,
         offload=_offload(doc.get_map("offload")) if "offload" in doc else None,
+        speculative=_speculative(doc.get_map("speculative")) if "speculative" in doc else None,
         path=str(path), locate=Locator(doc),
     )
     if "allocators" in doc:
@@ -357,6 +359,17 @@ def _offload(node: YamlMap) -> OffloadSpec:
     return _make(node, OffloadSpec, {"kv_offloading_size": node.get_size("kv_offloading_size", gt=0, le=MAX_OFFLOAD_BYTES),
                                      "gb_per_s": node.get_float("gb_per_s", ge=MIN_OFFLOAD_GB_PER_S,
                                                                 le=MAX_LINK_GB_PER_S)})
+
+
+def _speculative(node: YamlMap) -> SpeculativeSpec:
+    """`speculative: {method, num_speculative_tokens, acceptance}`: vLLM's --speculative-config and
+    the per-position acceptance rates (a list; default: the method's published rate)."""
+    node.expect_keys(*SPECULATIVE_KEYS)
+    values = {"method": node.get_str("method"),
+              "num_speculative_tokens": node.get_int("num_speculative_tokens", None, ge=1, le=32)}
+    if "acceptance" in node:
+        values["acceptance"] = tuple(as_float(x, ge=0, le=1) for x in node.get_list("acceptance"))
+    return _make(node, SpeculativeSpec, values)
 
 
 def _fleet(doc: YamlMap, base: Path) -> FleetSpec:

@@ -477,6 +477,30 @@ class OffloadSpec:
         check_float(self.gb_per_s, "gb_per_s", ge=MIN_OFFLOAD_GB_PER_S, le=MAX_LINK_GB_PER_S)
 
 
+# ---- speculative decoding ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeSpec:
+    """`speculative:` of a serve file: vLLM's --speculative-config (method, num_speculative_tokens)
+    and the acceptance rate of each draft position (kvplan/model/speculative.py; None: the method's
+    published default). Checked by kvplan/model/speculative.make_speculative."""
+
+    method: str
+    num_speculative_tokens: int | None = None
+    acceptance: tuple[float, ...] | None = None
+
+    def setting(self):
+        from kvplan.model.speculative import make_speculative
+
+        return make_speculative(self.method, self.num_speculative_tokens, self.acceptance,
+                                field="speculative.method", k_field="speculative.num_speculative_tokens",
+                                acceptance_field="speculative.acceptance")
+
+    def __post_init__(self) -> None:
+        self.setting()
+
+
 # ---- the workload --------------------------------------------------------------------------
 
 
@@ -506,6 +530,7 @@ class WorkloadSpec:
     sampling: SamplingSpec | None = None
     slo: SloSpec | None = None  # serve and fleet: the limits goodput counts against
     offload: OffloadSpec | None = None  # serve and fleet: a CPU tier of KV blocks per replica
+    speculative: SpeculativeSpec | None = None  # serve: speculative decoding (vLLM's --speculative-config)
     path: str = ""
     locate: Locate | None = field(default=None, compare=False, repr=False)
 
@@ -532,6 +557,8 @@ class WorkloadSpec:
             raise _fail("prefix.max_running", f"applies to experiment: prefix, and this is experiment: {self.experiment}")
         if self.offload is not None:
             self._check_offload()
+        if self.speculative is not None and self.experiment != "serve":
+            raise _fail("speculative", f"applies to experiment: serve, and this is experiment: {self.experiment}")
 
     def _check_offload(self) -> None:
         """Where a CPU tier cannot apply, refused naming `offload` (vLLM's connector stores and

@@ -114,4 +114,12 @@ def spec_yaml(spec: WorkloadSpec) -> str:
     if spec.offload is not None:
         o = spec.offload
         lines.append(f"offload: {_flow([('kv_offloading_size', o.kv_offloading_size), ('gb_per_s', _scalar(o.gb_per_s))])}")
+    if spec.speculative is not None:
+        sp = spec.speculative
+        pairs = [("method", sp.method)]
+        if sp.num_speculative_tokens is not None:
+            pairs.append(("num_speculative_tokens", sp.num_speculative_tokens))
+        if sp.acceptance is not None:
+            pairs.append(("acceptance", "[" + ", ".join(_scalar(float(x)) for x in sp.acceptance) + "]"))
+        lines.append(f"speculative: {_flow(pairs)}")
     return "\n".join(lines) + "\n"
