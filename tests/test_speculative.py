@@ -64,7 +64,7 @@ def test_draws_give_the_per_position_rates():
     from kvplan.sim.speculative import spec_setup
 
     setting = make_speculative("eagle3", 3, [0.8, 0.5, 0.2])
-    sp = spec_setup(SpeculativeRun(setting), TimingConfig_clock(), seed=11, token_budget=16)
+    sp = spec_setup(SpeculativeRun(setting), _step_units_clock(), seed=11, token_budget=16)
     n = 40_000
     counts = np.bincount([sp.accepted(rid, 5, 3) for rid in range(n)], minlength=4)
     at_least = counts[::-1].cumsum()[::-1][1:] / n
@@ -72,7 +72,7 @@ def test_draws_give_the_per_position_rates():
         assert abs(got - want) < 4 * (want * (1 - want) / n) ** 0.5
 
 
-def TimingConfig_clock():
+def _step_units_clock():
     from kvplan.sim.timing import StepClock
 
     return StepClock(timed=False)
@@ -106,7 +106,7 @@ def test_budget_cuts_the_drafts():
     """A token budget of 2 leaves one draft a step: all accepted, each step emits 2 tokens."""
     wl, alloc = one_request(21, [1.0, 1.0, 1.0], 3, budget=2)
     wl = replace(wl, scheduler=replace(wl.scheduler, max_num_batched_tokens=2, max_model_len=128))
-    # the prompt of 10 takes 5 chunked steps, the first of them... the last one samples token 1
+    # the prompt of 10 takes 5 chunked steps of 2, the last of which samples token 1
     steps = simulate_reference(wl, alloc).to_dict()["steps"]
     assert steps == 5 + 10  # 20 more tokens, 2 a step
     assert simulate(wl, alloc).to_dict()["steps"] == steps
@@ -129,3 +129,83 @@ def test_bad_settings_name_their_flag(args, field):
     with pytest.raises(KvplanError) as e:
         make_speculative(*args)
     assert e.value.field == field
+
+
+# -- the step model ----------------------------------------------------------------------------------
+
+
+def spec_step(model: str, gpu: str, method: str, k: int, batch: int, tp: int = 1, context: int = 300,
+              acceptance=None) -> dict:
+    from kvplan.model.step import step_of
+
+    return step_of(model, gpu=gpu, tp=tp, batch=batch, context=context, speculative=method,
+                   num_speculative_tokens=k, acceptance=acceptance)["speculative"]
+
+
+def test_eagle3_head_of_llama_8b_by_hand():
+    """Llama-3.1-8B (hidden 4096, 8 KV heads of 128, intermediate 14336): the EAGLE-3 head keeps one
+    layer's KV, 8 x 128 x 2 (K, V) x 2 B = 4,096 B a token; its weights are one decoder layer
+    (q, o 4096^2 each, k, v 4096 x 1024 each, MLP 3 x 4096 x 14336: 218,103,808 parameters), the fc
+    of 3 x 4096^2 (50,331,648) and a lm_head of 32,000 x 4096 (131,072,000): 399,507,456 x 2 B."""
+    sp = spec_step("meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", "eagle3", 3, 1)
+    assert sp["draft_kv_bytes_per_token"] == 4096
+    assert sp["draft_weight_bytes_per_gpu"] == 799_014_912
+    assert sp["lookahead_slots"] == 3
+
+
+def test_mtp_of_deepseek_v3_keeps_one_mla_layer():
+    """DeepSeek-V3's MTP module is one more MLA layer: kv_lora_rank 512 + qk_rope_head_dim 64 = 576
+    elements a token at 2 B = 1,152 B; its weights are the checkpoint's (nothing added)."""
+    sp = spec_step("deepseek-ai/DeepSeek-V3", "H200", "mtp", 1, 1, tp=8)
+    assert sp["draft_kv_bytes_per_token"] == 1152
+    assert sp["draft_weight_bytes_per_gpu"] == 0
+
+
+def test_speedup_shrinks_as_the_verify_forward_turns_compute_bound():
+    """A dense 8B model on an H100: 4 tokens a request verified at batch 256 is 1,024 tokens, well
+    past the GEMMs' ridge (~350 tokens: MAMF / (HBM x efficiency)), so the verify step costs far more
+    than the plain one and the speedup falls; at batch 1 it is memory-bound and near 1 + accepted."""
+    curve = {row["batch"]: row["speedup"] for row in
+             spec_step("meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", "eagle3", 3, 1)["by_batch"]}
+    assert curve[256] < curve[64] < curve[1]
+    assert curve[1] > 2.0 and curve[256] < 1.6
+
+
+def test_nothing_accepted_is_slower_than_no_speculation():
+    """n-gram drafts that are never accepted: the step verifies 1 + k tokens and emits 1."""
+    sp = spec_step("meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", "ngram", 3, 8, acceptance="0,0,0")
+    assert sp["step"]["tokens_per_request_step"] == 1.0
+    assert sp["step"]["speedup"] < 1.0
+
+
+def test_the_pool_holds_fewer_tokens_beside_the_draft(tmp_path):
+    """Sized from memory, a pool of 32-layer Llama-3.1-8B with an EAGLE-3 head keeps 4,096 B more a
+    token (33 layers' KV for 32) and the head's weights: at most 32/33 of the slots, and more than
+    0.95 of them (the head's 0.8 GB against a pool of ~60 GB)."""
+    from kvplan.experiments import load as load_workload_file
+
+    base = ("model: meta-llama/Llama-3.1-8B-Instruct\ngpu: H100-80GB\npool: {gpu_memory_utilization: 0.9}\n"
+            "requests: {count: 10, prompt: {dist: fixed, value: 100}, output: {dist: fixed, value: 50},"
+            " arrival: {process: poisson, rate: 1}}\nscheduler: {max_model_len: 4096}\n")
+    (tmp_path / "a.yaml").write_text(base)
+    (tmp_path / "b.yaml").write_text(base + "speculative: {method: eagle3}\n")
+    plain = load_workload_file(tmp_path / "a.yaml").pool.slots
+    spec = load_workload_file(tmp_path / "b.yaml").pool.slots
+    assert 0.95 * plain < spec <= plain * 32 / 33
+
+
+def test_a_speculative_serve_run_is_deterministic_and_faster(tmp_path):
+    """Same file, same JSON; and at a light load the TPOT falls (drafts accepted at the default rates)."""
+    from kvplan.experiments import load as load_workload_file
+    from kvplan.sim.engine import serve_document
+
+    base = ("model: meta-llama/Llama-3.1-8B-Instruct\ngpu: H100-80GB\npool: {gpu_memory_utilization: 0.9}\n"
+            "requests: {count: 60, prompt: {dist: fixed, value: 200}, output: {dist: fixed, value: 100},"
+            " arrival: {process: poisson, rate: 2}}\nscheduler: {max_model_len: 4096}\n")
+    (tmp_path / "a.yaml").write_text(base)
+    (tmp_path / "b.yaml").write_text(base + "speculative: {method: eagle3, num_speculative_tokens: 3}\n")
+    docs = [json.dumps(serve_document(load_workload_file(tmp_path / "b.yaml"))) for _ in range(2)]
+    assert docs[0] == docs[1]
+    plain = serve_document(load_workload_file(tmp_path / "a.yaml"))["results"][0]["tpot_s"]["mean"]
+    spec = json.loads(docs[0])["results"][0]["tpot_s"]["mean"]
+    assert spec < plain / 1.5

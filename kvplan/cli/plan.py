@@ -54,6 +54,12 @@ def plan(
     plot: Annotated[Optional[Path], typer.Option(help="Write the cost/latency chart (.png or .svg).")] = None,
     html: Annotated[Optional[Path], typer.Option(help="Write a self-contained HTML report: the answer, the chart, the table, the assumptions.")] = None,
     timing_profile: TimingProfileOpt = None,
+    speculative: Annotated[Optional[str], typer.Option(
+        help="Speculative decoding on every replica (vLLM's speculative-config method): eagle, eagle3, mtp, ngram.")] = None,
+    num_speculative_tokens: Annotated[Optional[int], typer.Option(
+        help="With --speculative: draft tokens per step (default 3, or the --acceptance list's length).")] = None,
+    acceptance: Annotated[Optional[str], typer.Option(
+        help="With --speculative: per-position acceptance rates, e.g. 0.8,0.6,0.4 (default: the method's published rate).")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Find the cheapest deployment that serves a traffic within latency targets.
@@ -84,7 +90,12 @@ def plan(
     n = workers if workers is not None else cpus_available()
     if not 1 <= n <= 1024:
         raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
-    request = PlanRequest(model=model, traffic=_traffic(rate, *lengths, count, workload, timing_profile),
+    traffic = _traffic(rate, *lengths, count, workload, timing_profile)
+    if speculative is not None or num_speculative_tokens is not None or acceptance is not None:
+        from dataclasses import replace
+
+        traffic = replace(traffic, speculative=_speculative(speculative, num_speculative_tokens, acceptance, routers))
+    request = PlanRequest(model=model, traffic=traffic,
                           targets=targets, configs=configs, book=book, rules=rules, routers=routers,
                           check_top=check_top, transfer=transfer, workers=n,
                           ray=ray or bool(os.environ.get("RAY_ADDRESS")))
@@ -215,6 +226,21 @@ def _traffic(rate, p: int, o: int, count, workload, timing_profile):
 
         traffic = replace(traffic, timing_profile=str(profile_option(timing_profile)[0]))
     return traffic
+
+
+def _speculative(method, k, acceptance, routers):
+    """The --speculative setting, checked (kvplan/model/speculative.py), for every replica's workload."""
+    from kvplan.model.speculative import make_speculative
+    from kvplan.workload.spec import SpeculativeSpec
+
+    if method is None:
+        raise UsageError("needs --speculative METHOD (eagle, eagle3, mtp, ngram)",
+                         field="--num-speculative-tokens" if k is not None else "--acceptance")
+    if routers:
+        raise UsageError("the fleet check runs its replicas without speculative decoding; pass --router none "
+                         "with --speculative", field="--router")
+    sp = make_speculative(method, k, acceptance)
+    return SpeculativeSpec(sp.method, sp.k, sp.acceptance if sp.acceptance_given else None)
 
 
 def _write_files(doc: dict, csv: Optional[Path], plot: Optional[Path], html: Optional[Path]) -> None:

@@ -94,6 +94,13 @@ def bounds(setup, prompts: np.ndarray, outputs: np.ndarray, prefix_hits: bool) -
     kv = float((decodes * p64).sum())
     pairs = 0.0 if prefix_hits else float((p64 * (p64 + 1) / 2).sum())
     request_steps = float(np.maximum(o64, 1).sum())
+    emit = 1 + setup.speculative.k if getattr(setup, "speculative", None) is not None else 1
+    if emit > 1:  # speculative decoding: a step emits at most 1 + k tokens of a request, and takes
+        #   no less than the step of its one token (its drafts only add tokens and passes)
+        tpot /= emit
+        e2e = max(ttft, clock.frontend + decode(p_min) * max(int(o_sorted[k]) - 1, 0) / emit)
+        kv /= emit
+        request_steps /= emit
     steps = request_steps / cap
     if clock.physical:
         gpu = (clock.overhead * steps + clock.per_request * request_steps + _cheapest_token_ticks(clock, budget) * tokens

@@ -51,7 +51,8 @@ def plan_document(request: PlanRequest, progress: Callable[[int, int], None] | N
                           book=r.book, objective=objective, workers=r.workers, ray=r.ray)
     front = pareto(results)
     gpus = list(dict.fromkeys(c.gpu for c in r.configs))
-    return {"model": r.model, "traffic": asdict(r.traffic),
+    traffic = {k: v for k, v in asdict(r.traffic).items() if k != "speculative" or v is not None}
+    return {"model": r.model, "traffic": traffic,
             "targets": {**asdict(r.targets), "unconstrained": r.targets.unconstrained},
             "rules": {**asdict(r.rules), "objective": objective, "price_tiers": list(r.book.tiers),
                       "router": ",".join(r.routers) if r.routers else None},

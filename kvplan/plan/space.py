@@ -7,7 +7,12 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from kvplan.errors import KvplanError, UsageError
+
+if TYPE_CHECKING:
+    from kvplan.workload.spec import SpeculativeSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +32,7 @@ class Traffic:
     max_model_len: int | None = None
     timing_profile: str | None = None  # a kvplan calibrate profile's path (absolute), else the shipped constants
     seed: int | None = None  # the sample the search decides on (None: seed 0, or the workload file's own)
+    speculative: "SpeculativeSpec | None" = None  # speculative decoding on every replica (--speculative)
 
 
 WEIGHT_QUANTIZATIONS = ("none", "fp8", "awq", "gptq-int4", "gptq-int8")  # kvplan/model/resolve.QUANT_SUFFIXES
@@ -117,6 +123,8 @@ def config_workload(model: str, traffic: Traffic, config: Config, seed: int | No
                          prefix_caching=config.prefix_caching, max_model_len=traffic.max_model_len,
                          timing_profile=traffic.timing_profile, seed=seed or 0,
                          max_num_batched_tokens=config.max_num_batched_tokens)
+    if traffic.speculative is not None:
+        spec = replace(spec, speculative=traffic.speculative)
     wl = build_flags(spec)
     if traffic.workload is None:
         return wl

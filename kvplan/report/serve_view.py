@@ -66,6 +66,12 @@ def render_serve(doc: dict) -> None:
         if r.get("goodput") is not None:
             out.print(f"{terminal(r['label'])}: {goodput_words(r['goodput'])}.", markup=False)
     print_overload(out, [(r["label"], r.get("overload")) for r in doc["results"]], unit)
+    sp = doc.get("speculative")
+    if sp:
+        rates = ", ".join(f"{x:.2f}" for x in sp["acceptance"])
+        out.print(f"Speculative decoding: {terminal(sp['method'])}, {sp['num_speculative_tokens']} draft tokens a step, "
+                  f"acceptance per position {rates} ({sp['mean_accepted'] + 1:.2f} tokens a step on average; "
+                  "each request's accepted drafts drawn from its seed).", markup=False)
     clipped = doc["results"][0].get("clipped", 0) if doc["results"] else 0
     if clipped:
         noun = "request was" if clipped == 1 else "requests were"

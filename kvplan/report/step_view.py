@@ -62,8 +62,38 @@ def render_step(r: dict) -> None:
               f"time, {_ms(api['intake_one_at_a_time'])} each")
     for line in _memory_lines(r):
         out.print(line)
+    if r.get("speculative"):
+        _render_speculative(out, r)
     host = ("async scheduling: the host time overlaps the GPU's, a step takes the longer of the two"
             if r["decode_s"]["host_overlapped"] else "synchronous scheduling: the host time adds to the GPU's")
     out.print(f"[dim]{host}; the larger of weights read and GEMM FLOPs counts for each GEMM; weights "
               f"{terminal(r['weights_scheme'])}{', fp8 compute' if r['fp8_compute'] else ''}, KV {terminal(r['kv_dtype'])}"
               f"{', eager' if r['enforce_eager'] else ', CUDA graphs'}; model: kvplan/model/step_time.py[/dim]")
+
+
+def _render_speculative(out, r: dict) -> None:
+    """The decode step with speculative decoding beside the plain one, and by batch size."""
+    from rich.table import Table
+
+    sp, st = r["speculative"], r["speculative"]["step"]
+    rates = ", ".join(f"{x:.2f}" for x in sp["acceptance"])
+    source = "given" if sp["acceptance_given"] else "the method's published default"
+    out.print(f"Speculative decoding: {terminal(sp['method'])}, {sp['num_speculative_tokens']} draft tokens a step, "
+              f"acceptance per position {rates} ({source}): {st['tokens_per_request_step']:.2f} tokens a request "
+              f"a step; the draft's KV adds {sp['draft_kv_bytes_per_token']:,} bytes a token"
+              f"{_draft_weights(sp)}")
+    out.print(f"  at batch {r['batch']}: verify {st['tokens_verified']:,} tokens {_ms(st['verify_s'])} + draft "
+              f"{_ms(st['draft_s'])} = step {_ms(st['step_s'])}; TPOT {_ms(st['tpot_s'])} against "
+              f"{_ms(st['tpot_plain_s'])} without ({st['speedup']:.2f}x), {st['output_tokens_per_s']:,.0f} output "
+              f"tokens/s against {st['output_tokens_per_s_plain']:,.0f}")
+    table = Table(title="Speedup as the batch grows (the verify forward turns compute-bound)", title_justify="left")
+    for name in ("batch", "TPOT", "TPOT without", "speedup"):
+        table.add_column(name, justify="right")
+    for row in sp["by_batch"]:
+        table.add_row(str(row["batch"]), _ms(row["tpot_s"]), _ms(row["tpot_plain_s"]), f"{row['speedup']:.2f}x")
+    print_table(out, table)
+
+
+def _draft_weights(sp: dict) -> str:
+    size = sp["draft_weight_bytes_per_gpu"]
+    return f", its weights {size / 2**30:.2f} GiB a GPU" if size else ""

@@ -395,9 +395,15 @@ def serve_document(workload: Workload, *,
 
 def document_of(workload: Workload, results: list[ServeResult]) -> dict:
     """The serve document of results already simulated, one per allocator of the workload."""
-    return {
+    doc = {
         "workload": workload.name, "experiment": "serve", "pool_slots": workload.pool.slots,
         "num_requests": workload.num_requests,
         "time_unit": results[0].time_unit if results else None,
         "results": [r.to_dict() for r in results],
     }  # fmt: skip
+    run = workload.speculative
+    if run is not None:  # what speculative decoding was simulated with (kvplan/sim/speculative.py)
+        doc["speculative"] = {**run.setting.to_dict(),
+                              "draft_kv_bytes_per_token": run.draft.kv_bytes_per_token if run.draft else None,
+                              "draft_weight_bytes_per_gpu": run.draft.weight_bytes_per_gpu if run.draft else None}
+    return doc

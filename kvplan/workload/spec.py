@@ -493,9 +493,8 @@ class SpeculativeSpec:
     def setting(self):
         from kvplan.model.speculative import make_speculative
 
-        return make_speculative(self.method, self.num_speculative_tokens, self.acceptance,
-                                field="speculative.method", k_field="speculative.num_speculative_tokens",
-                                acceptance_field="speculative.acceptance")
+        return make_speculative(self.method, self.num_speculative_tokens, self.acceptance, field="method",
+                                k_field="num_speculative_tokens", acceptance_field="acceptance")
 
     def __post_init__(self) -> None:
         self.setting()
