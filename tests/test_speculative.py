@@ -209,3 +209,22 @@ def test_a_speculative_serve_run_is_deterministic_and_faster(tmp_path):
     plain = serve_document(load_workload_file(tmp_path / "a.yaml"))["results"][0]["tpot_s"]["mean"]
     spec = json.loads(docs[0])["results"][0]["tpot_s"]["mean"]
     assert spec < plain / 1.5
+
+
+def test_the_section_round_trips_through_yaml_and_the_json_schema(tmp_path):
+    """`speculative:` read, written back by spec_yaml and read again gives the same spec; the JSON
+    schema knows the section and its keys."""
+    from kvplan.workload.json_schema import workload_schema
+    from kvplan.workload.schema import SPECULATIVE_KEYS, read_spec
+    from kvplan.workload.spec_yaml import spec_yaml
+
+    path = tmp_path / "w.yaml"
+    path.write_text("pool: {slots: 10000}\nrequests: {count: 5, prompt: {dist: fixed, value: 10}, output: {dist: "
+                    "fixed, value: 5}, arrival: {process: poisson, rate: 1}}\n"
+                    "speculative: {method: mtp, num_speculative_tokens: 2, acceptance: [0.9, 0.7]}\n")
+    spec = read_spec(path)
+    again = tmp_path / "again.yaml"
+    again.write_text(spec_yaml(spec))
+    assert read_spec(again).speculative == spec.speculative
+    props = workload_schema()["properties"]["speculative"]["properties"]
+    assert tuple(props) == SPECULATIVE_KEYS

@@ -28,6 +28,21 @@ vLLM's `--speculative-config '{"method": M, "num_speculative_tokens": k, "model"
   layers are extra attention layers), so a token takes the target's KV bytes plus theirs, and the
   pool holds fewer tokens.
 
+Sources read (vLLM V1, releases 0.9-0.11; the proposer loop later moved to
+vllm/v1/spec_decode/llm_base_proposer.py): Scheduler.__init__ sets num_lookahead_tokens =
+num_spec_tokens only when speculative_config.use_eagle() (or a draft model); schedule() passes it
+to allocate_slots for running requests, and effective_lookahead_tokens = 0 for a waiting request
+whose num_computed_tokens is 0; KVCacheManager.allocate_slots allocates min(computed + new +
+lookahead, max_model_len) slots. EagleProposer.propose: one forward over the step's tokens, then
+`for _ in range(num_speculative_tokens - 1)` one token per request, each pass with its lm_head.
+
+Not modelled: with an EAGLE-style drafter vLLM's prefix cache drops the last block of a hit (the
+drafter recomputes its hidden states), the serve engine keeps the plain hit; n-gram proposes
+nothing when the context has no match (its steps then verify one token; fold that into its
+acceptance); newer releases' parallel drafting (one pass for all k drafts, Model Runner V2); tree
+drafting (SGLang's topk > 1); the rejection sampler's and the n-gram matcher's host time; a
+draft TP other than the target's.
+
 Acceptance per position (vLLM's spec-decode metrics, vllm/v1/spec_decode/metrics.py: "acceptance
 rate per position" = accepted at position i / drafts): the probability that a step accepts at
 least i + 1 drafts, so it never rises with i; the mean accepted drafts of a step are their sum.
