@@ -9,8 +9,9 @@ al - 1, as the defaults are made), else the method's default (DEFAULT_RATE).
 
 Nothing in the speculative model is fitted (the step-time constants are fitted on the
 non-speculative corpus of tests/data/step_time_measurements.yaml, which holds no speculative run),
-so every source is held out; the report is per source, per regime (batch 1, batch > 1) and
-overall, with the issue's target of a median error of at most 15%.
+so every source is held out; the report is per source, per regime (batch 1, batch > 1), per
+engine (SGLang's rows draft trees, taken as chains of the same depth: kvplan models vLLM's chain)
+and overall, with the issue's target of a median error of at most 15%.
 
     python bench/speculative_fidelity.py [--json]
 """
@@ -69,6 +70,8 @@ def main(argv=None) -> int:
         by_source.setdefault(r["source"], []).append(abs(r["error"]))
     regimes = {"batch 1": [abs(r["error"]) for r in out if r["batch"] == 1],
                "batch > 1": [abs(r["error"]) for r in out if r["batch"] > 1]}
+    for engine in sorted({r["engine"] for r in out}):  # kvplan models vLLM's chain drafting
+        regimes[f"engine {engine}"] = [abs(r["error"]) for r in out if r["engine"] == engine]
     summary = {
         "rows": len(out), "sources": len(by_source),
         "median_abs_error": statistics.median(abs(r["error"]) for r in out),
