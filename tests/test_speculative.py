@@ -246,3 +246,53 @@ def test_corpus_rows_are_cited_and_vllm_rows_are_predicted_within_the_target():
     assert rows and all(keys <= set(r) and r["source"].startswith("https://") for r in rows)
     errors = [abs(predict(r) / r["speedup"] - 1) for r in rows if r["engine"] == "vllm"]
     assert len(errors) >= 5 and statistics.median(errors) <= 0.15
+
+
+def _speculate(wl, seed: int):
+    rng = np.random.default_rng([seed, 11])
+    method = str(rng.choice(["eagle3", "mtp", "ngram"]))
+    k = int(rng.integers(1, 5))
+    setting = make_speculative(method, k, [float(r) for r in np.sort(rng.random(k))[::-1]])
+    draft = None
+    if wl.timing.step is not None:
+        draft = Draft(None if method == "ngram" else random_step_model(rng), 1e-9, 0, 0)
+    return replace(wl, speculative=SpeculativeRun(setting, draft))
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_engine_equals_reference_with_prefix_caching_and_speculation(seed):
+    """Prefix hits with an EAGLE-style drafter give up their last block, in both engines alike."""
+    from tests.test_sim_prefix_serve import random_prefix_workload
+
+    wl, spec, points = random_prefix_workload(seed, big=seed % 4 == 0)
+    wl = _speculate(wl, seed)
+    fast = simulate(wl, spec, record_requests=True, timeline_points=points)
+    slow = simulate_reference(wl, spec, record_requests=True, timeline_points=points)
+    assert as_json(fast) == as_json(slow)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_engine_equals_reference_with_offload_and_speculation(seed):
+    from tests.test_sim_offload import assert_agree, random_offload_workload
+
+    wl, spec, points = random_offload_workload(seed, big=seed % 4 == 0)
+    assert_agree(_speculate(wl, seed), spec, points)
+
+
+def test_eagle_gives_up_the_last_hit_block():
+    """Two requests of one 64-token prompt (4 blocks of 16), the second after the first is done:
+    it hits 3 blocks (63 tokens computable at most: floor(63 / 16) = 3), and with an EAGLE-style
+    drafter one fewer (2 blocks, 32 tokens); n-gram keeps all 3."""
+    sched = SchedulerConfig(4, 256, 256, True, "recompute", 0, False, True)
+    ids = [[1, 2, 3, 4], [1, 2, 3, 4]]  # each prompt's hash blocks of 16 tokens
+
+    def make():
+        yield RequestChunk(np.array([0.0, 100.0]), np.array([64, 64]), np.array([3, 3]), ids, 16)
+
+    base = Workload("hit", "", 0, "serve", 2, PoolSpec(4096), (AllocatorSpec("paged", block_size=16),), sched,
+                    TimingConfig(), make)
+    for method, hit in (("eagle3", 32), ("ngram", 48)):
+        wl = replace(base, speculative=SpeculativeRun(make_speculative(method, 2, [0.5, 0.2])))
+        for run in (simulate, simulate_reference):
+            result = run(wl, wl.allocators[0], record_requests=True).to_dict()
+            assert result["prefix_cache"]["hit_tokens"] == hit, (method, run)

@@ -36,12 +36,12 @@ whose num_computed_tokens is 0; KVCacheManager.allocate_slots allocates min(comp
 lookahead, max_model_len) slots. EagleProposer.propose: one forward over the step's tokens, then
 `for _ in range(num_speculative_tokens - 1)` one token per request, each pass with its lm_head.
 
-Not modelled: with an EAGLE-style drafter vLLM's prefix cache drops the last block of a hit (the
-drafter recomputes its hidden states), the serve engine keeps the plain hit; n-gram proposes
-nothing when the context has no match (its steps then verify one token; fold that into its
-acceptance); newer releases' parallel drafting (one pass for all k drafts, Model Runner V2); tree
-drafting (SGLang's topk > 1); the rejection sampler's and the n-gram matcher's host time; a
-draft TP other than the target's.
+With an EAGLE-style drafter vLLM's prefix cache gives up the last block of a hit
+(vllm/v1/core/single_type_kv_cache_manager.py, find_longest_cache_hit with use_eagle), and so does
+the serve engine. Not modelled: n-gram proposes nothing when the context has no match (its steps
+then verify one token; fold that into its acceptance); newer releases' parallel drafting (one
+pass for all k drafts, Model Runner V2); tree drafting (SGLang's topk > 1); the rejection
+sampler's and the n-gram matcher's host time; a draft TP other than the target's.
 
 Acceptance per position (vLLM's spec-decode metrics, vllm/v1/spec_decode/metrics.py: "acceptance
 rate per position" = accepted at position i / drafts): the probability that a step accepts at

@@ -602,13 +602,17 @@ def lookup(cfg, req, px, rid):
     limit = min(req[rid, ID_BLOCKS], (req[rid, PREFILL_END] - 1) // cfg[BLOCK_SIZE])
     hits = 0
     idle = 0
+    last_idle = 0
     for j in range(limit):
         e = px[2][block_node(cfg, req, px[0], rid, j)]
         if e < 0:
             break
         hits += 1
-        if px[3][e * NE + E_REF] == 0:
-            idle += 1
+        last_idle = 1 if px[3][e * NE + E_REF] == 0 else 0
+        idle += last_idle
+    if hits > 0 and cfg[SPEC_LOOKAHEAD] != 0:  # an EAGLE-style drafter recomputes the last hit block
+        hits -= 1
+        idle -= last_idle
     return hits, idle
 
 

@@ -340,6 +340,8 @@ class ReferenceSim:
         if self.blocks is not None:
             limit = min(len(req.nodes), (req.target - 1) // self.s.block_size)  # one token computed
             hits = self.blocks.match_prefix(req.nodes[:limit])
+            if hits and self.s.speculative is not None and self.s.speculative.lookahead:
+                hits = hits[:-1]  # an EAGLE-style drafter recomputes the last hit block (speculative.py)
             unheld = self.blocks.num_unheld(hits)
         if self.tier is not None:
             if len(self.loading) >= self.sched.max_num_seqs:  # max_concurrent_loads: put off

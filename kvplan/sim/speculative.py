@@ -4,7 +4,9 @@ A decoding request is scheduled 1 + k tokens a step (fewer when the token budget
 drafts beyond it are dropped, as vLLM's scheduler trims spec_token_ids), its blocks cover those
 plus the drafter's lookahead slots, and after the step it holds and has generated 1 + a more
 tokens, a the drafts accepted (at most its output length). A request's first decode step already
-carries drafts (vLLM's drafter proposes after the prefill's last chunk too).
+carries drafts (vLLM's drafter proposes after the prefill's last chunk too). With an EAGLE-style
+drafter a prefix-cache hit gives up its last block (vLLM's KVCacheManager(use_eagle=True):
+find_longest_cache_hit pops the last matched block, whose hidden states the drafter needs).
 
 How many drafts a step accepts is drawn, deterministically: u = the top 32 bits of splitmix64
 over (seed, request id, tokens generated so far), and a = the number of leading positions i
