@@ -1000,16 +1000,23 @@ def tokens_for(cfg, req, rid, budget):
 def tokens_from(cfg, held, tgt, budget):
     """tokens_for of a request holding `held` tokens whose prefill ends at `tgt`."""
     if held >= tgt:
-        if budget < 1:
-            return 0
-        d = 1 + cfg[SPEC_K]  # speculative: the last token and its k drafts, cut to the budget
-        if d > 1:  # and to max_model_len - 1 - held (vLLM's scheduler), at least the one token
-            d = max(min(d, cfg[SPEC_MAX_LEN] - 1 - held), 1)
-        return d if d < budget else budget
+        if cfg[SPEC_K] != 0:
+            return spec_tokens(cfg, held, budget)
+        return 1 if budget >= 1 else 0
     rest = tgt - held
     if cfg[CHUNKED_PREFILL] != 0:
         return rest if rest < budget else budget
     return rest if rest <= budget else 0
+
+
+@njit(cache=True)
+def spec_tokens(cfg, held, budget):
+    """Speculative: a decoding request's last token and its k drafts, cut to max_model_len - 1 -
+    held (vLLM's scheduler; at least the one token) and to the budget (speculative.SpecSetup.tokens)."""
+    if budget < 1:
+        return 0
+    d = max(min(1 + cfg[SPEC_K], cfg[SPEC_MAX_LEN] - 1 - held), 1)
+    return d if d < budget else budget
 
 
 @njit(cache=True, inline="always")
