@@ -176,8 +176,20 @@ class Draft:
                 + m.kv_read_s_per_token * kv_read + m.attention_s_per_pair * pairs)
 
 
-def draft_of(spec, layout, weights, target, sp: Speculative) -> Draft:
-    """The draft of `sp` for the target `spec` (its StepModel `target`, per GPU of tp ranks)."""
+def mtp_layers(spec) -> int:
+    """The model's multi-token-prediction layers (DeepSeek-V3, GLM-4.5: num_nextn_predict_layers;
+    mtp_num_hidden_layers where a config names them so); 0 when it has none."""
+    raw = spec.raw or {}
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        value = raw.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def draft_of(spec, layout, weights, target, sp: Speculative, *, field: str = "--speculative") -> Draft:
+    """The draft of `sp` for the target `spec` (its StepModel `target`, per GPU of tp ranks); an
+    error naming `field` when the method needs what the model lacks (MTP layers)."""
     tp = target.tp
     layers = max(len(spec.layers), 1)
     kv_layers = sum(g.num_layers for g in layout.groups if g.bytes_per_token) or layers
@@ -193,7 +205,10 @@ def draft_of(spec, layout, weights, target, sp: Speculative) -> Draft:
     dense_layer_bytes = max(target.dense_bytes - lm_head_params * bytes_per_param / tp, 0.0) / layers
     dense_layer_flops = target.dense_flops_per_token / layers
     if sp.method == "mtp":
-        nextn = int(spec.raw.get("num_nextn_predict_layers") or 1)
+        nextn = mtp_layers(spec)
+        if not nextn:
+            raise UsageError(f"mtp needs a model with multi-token-prediction layers (num_nextn_predict_layers in "
+                             f"its config); {spec.name} has none: use eagle, eagle3 or ngram", field=field)
         proj = 2 * hidden * hidden  # eh_proj
         vocab = spec.vocab_size
         experts = target.num_experts

@@ -68,7 +68,8 @@ def _speculative(spec: WorkloadSpec, model: ModelFacts | None, pool: PoolSpec):
     if model is not None and model.step_model is not None and model.spec is not None and model.weights is not None:
         from kvplan.model.speculative import draft_of
 
-        draft = draft_of(model.spec, model.layout, model.weights, model.step_model, setting)
+        draft = draft_of(model.spec, model.layout, model.weights, model.step_model, setting,
+                         field="speculative.method")
         if spec.pool.key != "slots" and pool.bytes_per_slot and pool.kv_bytes is not None:
             kv = pool.kv_bytes - draft.weight_bytes_per_gpu
             slots = kv // (pool.bytes_per_slot + draft.kv_bytes_per_token)
