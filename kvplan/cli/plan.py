@@ -94,7 +94,8 @@ def plan(
     if speculative is not None or num_speculative_tokens is not None or acceptance is not None:
         from dataclasses import replace
 
-        traffic = replace(traffic, speculative=_speculative(speculative, num_speculative_tokens, acceptance, routers))
+        traffic = replace(traffic, speculative=_speculative(model, speculative, num_speculative_tokens, acceptance,
+                                                             routers))
     request = PlanRequest(model=model, traffic=traffic,
                           targets=targets, configs=configs, book=book, rules=rules, routers=routers,
                           check_top=check_top, transfer=transfer, workers=n,
@@ -228,9 +229,9 @@ def _traffic(rate, p: int, o: int, count, workload, timing_profile):
     return traffic
 
 
-def _speculative(method, k, acceptance, routers):
+def _speculative(model, method, k, acceptance, routers):
     """The --speculative setting, checked (kvplan/model/speculative.py), for every replica's workload."""
-    from kvplan.model.speculative import make_speculative
+    from kvplan.model.speculative import make_speculative, mtp_layers
     from kvplan.workload.spec import SpeculativeSpec
 
     if method is None:
@@ -240,6 +241,12 @@ def _speculative(method, k, acceptance, routers):
         raise UsageError("the fleet check runs its replicas without speculative decoding; pass --router none "
                          "with --speculative", field="--router")
     sp = make_speculative(method, k, acceptance)
+    if sp.method == "mtp":
+        from kvplan.model.resolve import load_spec
+
+        if not mtp_layers(load_spec(model)):
+            raise UsageError(f"mtp needs a model with multi-token-prediction layers (num_nextn_predict_layers in its "
+                             f"config); {model} has none: use eagle, eagle3 or ngram", field="--speculative")
     return SpeculativeSpec(sp.method, sp.k, sp.acceptance if sp.acceptance_given else None)
 
 

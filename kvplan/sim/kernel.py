@@ -41,7 +41,9 @@ while nobody finishes), no preemption is needed (the blocks the k steps take fit
 pool), and no arrival could be admitted. Its time, integrals, blocks and timeline samples are
 summed in closed form, in integers, so they equal the step-by-step sums exactly. With prefix
 caching, a block shared by several running requests counts once (SHARED); with vLLM's hybrid
-layer groups (cfg[HYBRID]) the run takes no jumps and steps one at a time.
+layer groups (cfg[HYBRID]) the run takes no jumps and steps one at a time, and so does a run with
+speculative decoding (cfg[SPEC_K] > 0: a step's tokens depend on each request's draws; the spec_*
+functions, kvplan/sim/speculative.py has the rules).
 """
 
 from __future__ import annotations

@@ -51,6 +51,12 @@ group the same less the blocks wholly before its last window - 1 computed tokens
 each allocation, on the tokens computed before the step); per recurrent-state group a fixed
 state. Admission, growth and preemption count every group's blocks; memory counts each group's
 kept tokens (and whole state pages).
+
+Speculative decoding (`SimSetup.speculative`, kvplan/sim/speculative.py): a decoding request is
+scheduled 1 + k tokens (cut to the budget and to max_model_len - 1 - held), a running request's
+blocks cover its lookahead slots too (EAGLE-style drafters), it advances by 1 + the drafts its
+seeded draw accepts, a prefix hit gives up its last block (EAGLE-style), and a step's time adds
+the drafts' verification and the drafter's passes.
 """
 
 from __future__ import annotations
