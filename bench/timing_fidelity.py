@@ -582,8 +582,10 @@ def main() -> None:
     by_regime = {r: [c.regime == r for c in all_cases] for r in REGIMES}
     groups = sorted({c.group for c in all_cases})
     by_source = {g: [c.group == g for c in all_cases] for g in groups}
+    engines = sorted({runtime(c.arg) for c in all_cases})
+    by_engine = {e: [runtime(c.arg) == e and c.fitted for c in all_cases] for e in engines}
     for line in table("\nmedian |error| overall", columns, overall) + table("\nper regime", columns, by_regime) \
-            + table("\nper source", columns, by_source):
+            + table("\nper engine (bursts left out)", columns, by_engine) + table("\nper source", columns, by_source):
         print(line)
     print(f"\n{len(all_cases)} runs of {len(entries)} restated, {len(groups)} sources; bursts are reported, never "
           "fitted. Leave-one-source-out: each source's runs simulated with constants fitted on the other sources "
