@@ -201,3 +201,23 @@ def test_llm_d_runs_behind_its_gateway_by_default():
     assert RouterSpec("random").gateway_latency_s == 0.0
     assert RouterSpec("random", gateway_s=0.1).gateway_latency_s == 0.1
     assert RouterSpec("llm_d", gateway_s=0).gateway_latency_s == 0.0
+
+
+def test_llm_d_approximate_index_matches_256_blocks_of_the_pods_block_size():
+    """llm-d's approximate prefix plugin hashes at most 256 blocks of 4 x the pod's reported block
+    size in characters (~ the block size in tokens). A prompt of 100 blocks of 64 tokens sent to
+    replica 1, then one sharing its first 80 blocks: pods of 64-token blocks match up to 256 x 64 =
+    16,384 tokens, so all 100 blocks are looked at and replica 1 scores 80 / 100 = 0.8; pods of
+    vLLM's 16-token blocks stop at 4,096 tokens = 64 blocks of the stream, all shared: 64 / 64 = 1."""
+    from kvplan.fleet.routers import make_router
+    from kvplan.workload.routing import RouterSpec
+
+    first, second = list(range(100)), list(range(80)) + list(range(200, 220))
+    for block, want in ((64, 0.8), (16, 1.0)):
+        reps = [_replica(block=block, used=900, waiting=3), _replica(block=block, used=0, waiting=0)]
+        router = make_router(RouterSpec("llm_d"), reps, 0)
+        router.sync()
+        assert router.assign(_chunk(first, 6400, size=64)).tolist() == [1]  # the idle one
+        scores, _ = router._prefix(second, 6400, 64)
+        assert scores == [0.0, want], block
+    assert make_router(RouterSpec("llm_d", max_prefix_tokens=640), reps, 0).max_prefix == 640

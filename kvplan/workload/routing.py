@@ -36,6 +36,7 @@ POLICY_KEYS = {
 ROUTER_KEYS = COMMON_KEYS + tuple(k for keys in POLICY_KEYS.values() for k in keys)
 LLM_D_INDEXES = ("approximate", "precise")
 PREFIX_SCORES = ("ratio", "min_max")
+MAX_PREFIX_BLOCKS = 256  # llm-d's approximate index matches at most this many blocks (maxPrefixBlocksToMatch)
 # How often each router's view of the replicas is refreshed, by default: llm-d's endpoint picker
 # scrapes every pod's metrics every 50 ms (its refreshMetricsInterval); the others every 0.1 s.
 SYNC_DEFAULT_S = {"llm_d": 0.05}
@@ -63,7 +64,10 @@ class RouterSpec:
     - llm_d (llm-d's inference scheduler, llm-d/llm-d-inference-scheduler; its default profile weighs
       queue-scorer 1, kv-cache-utilization-scorer 1, prefix-cache-scorer 2): `index` approximate
       (the scheduler's own LRU of the prompt blocks it sent each pod, as many as the pod's KV blocks,
-      matching at most `max_prefix_tokens`, 256 blocks of 16 tokens) or precise (the pods' own caches,
+      matching at most `max_prefix_tokens`; None: 256 blocks of the replicas' block size, as the
+      gateway-api-inference-extension prefix plugin hashes the prompt's characters in blocks of 4 x
+      the pod's reported block size, maxPrefixBlocksToMatch 256 of them, pkg/epp/scheduling/framework/
+      plugins/multi/prefix/plugin.go at 6f84d17a, 2025-10-22) or precise (the pods' own caches,
       from vLLM's KV events); `prefix_score` ratio (matched / prompt blocks, llm-d since May 2026) or
       min_max (the precise scorer before: (hits - min) / (max - min) over the pods, 1 when equal).
     - sglang (SGLang's model gateway, its cache_aware policy and defaults): `cache_threshold` 0.3,
@@ -78,7 +82,7 @@ class RouterSpec:
     kv_cache_weight: float = 1.0
     queue_weight: float = 1.0
     prefix_score: str = "ratio"
-    max_prefix_tokens: int = 4096
+    max_prefix_tokens: int | None = None
     cache_threshold: float = 0.3
     balance_abs_threshold: int = 64
     balance_rel_threshold: float = 1.5
@@ -92,7 +96,8 @@ class RouterSpec:
         for key in ("prefix_weight", "kv_cache_weight", "queue_weight"):
             check_float(getattr(self, key), key, ge=0, le=1000)
         check_choice(self.prefix_score, PREFIX_SCORES, "prefix_score")
-        check_int(self.max_prefix_tokens, "max_prefix_tokens", ge=1, le=2**31)
+        if self.max_prefix_tokens is not None:
+            check_int(self.max_prefix_tokens, "max_prefix_tokens", ge=1, le=2**31)
         check_float(self.cache_threshold, "cache_threshold", ge=0, le=1)
         check_int(self.balance_abs_threshold, "balance_abs_threshold", ge=0, le=2**31)
         check_float(self.balance_rel_threshold, "balance_rel_threshold", ge=1, le=1000)
