@@ -33,7 +33,14 @@ from kvplan.errors import KvplanError  # noqa: E402
 LOGS = ROOT / "tests" / "data" / "sglang_startup_logs.yaml"
 GiB = 2**30
 # The source kvplan's constants were read from (sglang_memory.CUDA_CONTEXT): reported apart.
-CALIBRATION = ("https://github.com/didier-durand/llms-in-clouds",)
+CALIBRATION = ("https://github.com/didier-durand/llms-in-clouds", "https://github.com/sgl-project/sglang/pull/11716")
+# Published quantized checkpoints of catalog models: (catalog model, quantization_config as the
+# checkpoint's config.json publishes it), as in bench/vllm_memory_fidelity.py.
+CHECKPOINTS = {
+    "Qwen/Qwen3-235B-A22B-FP8": ("Qwen/Qwen3-235B-A22B",
+                                 {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                  "weight_block_size": [128, 128]}),
+}
 TOLERANCE = {"weights": 0.05, "tokens_from_gpu": 0.10, "tokens_from_log": 0.10}
 
 
@@ -64,8 +71,15 @@ def predict(entry: dict) -> dict | None:
     from kvplan.model.sglang_memory import release_at, startup_memory
     from kvplan.model.weights import estimate_weights
 
+    from kvplan.model.config import read_model
+
     try:
-        spec = load_spec(entry["model"])
+        if entry["model"] in CHECKPOINTS:
+            base, quant = CHECKPOINTS[entry["model"]]
+            spec = load_spec(base)
+            spec = read_model({**spec.raw, "quantization_config": quant}, entry["model"], spec.source)
+        else:
+            spec = load_spec(entry["model"])
     except KvplanError:
         return None
     tp = entry.get("tp") or 1
@@ -80,7 +94,7 @@ def predict(entry: dict) -> dict | None:
     out = {"release": release, "weights": weights.bytes_per_gpu(tp, gpu) / GiB}
     if gpu is not None:
         out["from_gpu"] = startup_memory(weights=weights.bytes_per_gpu(tp, gpu), gpu_memory=gpu.cuda_memory_bytes,
-                                         **flags)
+                                         link_bytes_per_s=gpu.link_bytes_per_s, **flags)
     if logged.get("load_begin_avail_gib") is not None:
         pre = int(logged["load_begin_avail_gib"] * GiB)
         memory = gpu.cuda_memory_bytes if gpu is not None else pre

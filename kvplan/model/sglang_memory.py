@@ -33,8 +33,7 @@ Read from SGLang's own source (sgl-project/sglang, python/sglang/srt):
    not split by TP. So the pool is pre_load x mem_fraction_static less the weights: the activations
    and CUDA graphs live in the share the fraction leaves, which is why SGLang's start-up never
    fails for them at sizing time. pre_load is the GPU's memory less what the process holds before
-   the weights: the CUDA context, and at tp > 1 the NCCL communicator (CUDA_CONTEXT and
-   vllm_memory.nccl_communicator, the same physics as vLLM's).
+   the weights: the CUDA context, and at tp > 1 the distributed init (CUDA_CONTEXT, dist_init).
 
 3. max_running_requests: max_num_reqs = min(max(int(tokens / context_len x 512), 2048), 4096)
    (`init_memory_pool`, later `_resolve_max_num_reqs`), the req_to_token pool holds max_num_reqs
@@ -53,18 +52,34 @@ import re
 from dataclasses import asdict, dataclass
 
 from kvplan.errors import UsageError
-from kvplan.model.vllm_memory import nccl_communicator
 
 GiB = 2**30
 MiB = 2**20
 SGLANG_RELEASE = "0.5.3"  # the release whose rules apply by default (the rule of sgl-project/sglang#10975)
 ERAS = ((0, 4, 7), (0, 5, 3))  # the first release of the 0.4.7 rule and of the 0.5.3 rule
-# Held by the process before the weights load, at tp=1: the CUDA context and PyTorch's and the
-# attention backend's small buffers. SGLang's own "Load weight begin. avail mem" against CUDA's
-# total: 0.30 GiB on an H100 80GB at tp=1 (79.11 GiB total, avail mem=78.81 GB; a Llama-3.1-8B
-# log of January 2025, the source this constant is read from; see tests/data/sglang_startup_logs.yaml,
-# CALIBRATION in bench/sglang_memory_fidelity.py).
-CUDA_CONTEXT = int(0.30 * GiB)
+# Held by the process before the weights load (outside pre_load): the CUDA context, and at tp > 1
+# what init_torch_distributed allocates, which SGLang logs as "Init torch distributed ends. mem
+# usage=X GB". Read off SGLang's own logs (the sources are CALIBRATION in
+# bench/sglang_memory_fidelity.py, reported apart from the held-out ones):
+# - the context: 4 x L4 at tp=4 log "Load weight begin. avail mem=21.63 GB" after a distributed
+#   init of 0.13 GB, against CUDA's 22.05 GiB: 22.05 - 21.63 - 0.13 = 0.29 GiB
+#   (https://github.com/didier-durand/llms-in-clouds, docs/sglang.md);
+# - the distributed init on PCIe GPUs (no NVLink: SGLang disables its custom all-reduce "on more
+#   than two PCIe-only GPUs", NCCL allocates lazily): 0.13 GiB, the same log;
+# - on NVLink GPUs SGLang's custom all-reduce buffers and NCCL's NVLink SHARP buffers come up at
+#   init: 1.77-2.01 GB on the eight ranks of an 8 x H200 node
+#   (https://github.com/sgl-project/sglang/pull/11716), 2.0 GiB taken.
+CUDA_CONTEXT = int(0.29 * GiB)
+DIST_INIT_PCIE = int(0.13 * GiB)
+DIST_INIT_NVLINK = int(2.0 * GiB)
+NVLINK_BYTES_PER_S = 64e9  # faster GPU-to-GPU links than PCIe Gen5 x16 are NVLink
+
+
+def dist_init(tp: int, link_bytes_per_s: float) -> int:
+    """What SGLang's distributed init holds on each of `tp` ranks (see CUDA_CONTEXT)."""
+    if tp <= 1:
+        return 0
+    return DIST_INIT_NVLINK if link_bytes_per_s > NVLINK_BYTES_PER_S else DIST_INIT_PCIE
 DEFAULT_PAGE_SIZE = 1
 HYBRID_SWA_TYPES = ("gemma3", "gemma3_text", "llama4", "llama4_text", "gpt_oss", "mimo")
 
@@ -206,11 +221,12 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
                    release: str = SGLANG_RELEASE, mem_fraction_static: float | None = None,
                    chunked_prefill_size: int | None = None, max_running_requests: int | None = None,
                    page_size: int = DEFAULT_PAGE_SIZE, model_type: str = "",
-                   pre_load: int | None = None) -> SGLangMemory:
+                   pre_load: int | None = None, link_bytes_per_s: float = 0.0) -> SGLangMemory:
     """SGLang's pool on one GPU: `layout` the per-rank KV layout (kvplan.model.build.build_layout with
     the KV dtype and tp), `weights` this rank's weight bytes, `gpu_memory` the device's memory as
     CUDA reports it, `context_len` the model's (or --context-length), the overrides as SGLang's
-    flags; `pre_load` replaces the modelled free memory before loading (a log's own figure)."""
+    flags, `link_bytes_per_s` the GPU's link to its peers (gpus.GPU.link_bytes_per_s: NVLink or PCIe);
+    `pre_load` replaces the modelled free memory before loading (a log's own figure)."""
     if mem_fraction_static is not None and not 0 < mem_fraction_static <= 1:
         raise UsageError(f"expected a fraction in (0, 1], got {mem_fraction_static}", field="--mem-fraction-static")
     if model_type in HYBRID_SWA_TYPES:
@@ -225,7 +241,7 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
     else:
         fraction, why = mem_fraction_static, "as --mem-fraction-static gives it"
     if pre_load is None:
-        pre_load = gpu_memory - CUDA_CONTEXT - nccl_communicator(tp)
+        pre_load = gpu_memory - CUDA_CONTEXT - dist_init(tp, link_bytes_per_s)
     post_load = pre_load - weights
     cell = cell_size(layout)
     rest = post_load / GiB - pre_load / GiB * (1 - fraction)

@@ -90,7 +90,8 @@ def sglang_size(model: str, *, gpu: str, tp: int = 1, kv_dtype: str = "auto", qu
     memory = startup_memory(layout=layout, weights=weights.bytes_per_gpu(tp, gpu_spec), gpu_memory=gpu_spec.cuda_memory_bytes,
                             tp=tp, context_len=context, release=sglang_version or SGLANG_RELEASE,
                             mem_fraction_static=mem_fraction_static, chunked_prefill_size=chunked_prefill_size,
-                            max_running_requests=max_running_requests, model_type=spec.model_type)
+                            max_running_requests=max_running_requests, model_type=spec.model_type,
+                            link_bytes_per_s=gpu_spec.link_bytes_per_s)
     notes = [spec.dtype_note] if spec.dtype_note else []
     if weights.scheme != "none":
         notes.append(f"weights as loaded: {weights.scheme}")
