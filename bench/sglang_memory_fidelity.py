@@ -68,7 +68,7 @@ def predict(entry: dict) -> dict | None:
     from kvplan.model.build import build_layout
     from kvplan.model.gpus import get_gpu
     from kvplan.model.resolve import load_spec
-    from kvplan.model.sglang_memory import release_at, startup_memory
+    from kvplan.model.sglang_memory import release_at, release_rules, startup_memory
     from kvplan.model.weights import estimate_weights
 
     from kvplan.model.config import read_model
@@ -84,14 +84,18 @@ def predict(entry: dict) -> dict | None:
         return None
     tp = entry.get("tp") or 1
     logged = entry["logged"]
-    gpu = get_gpu(entry["gpu"]) if entry.get("gpu") else None
+    try:
+        gpu = get_gpu(entry["gpu"]) if entry.get("gpu") else None
+    except KvplanError:  # a GPU the catalog lacks: the log's own figures only
+        gpu = None
     layout = build_layout(spec, entry.get("kv_cache_dtype") or "auto", tp)
     weights = estimate_weights(spec, entry.get("quantization"))
     release = entry.get("sglang_version") or release_at(entry.get("date"))
     context = entry.get("context_length") or spec.max_context
     flags = dict(layout=layout, tp=tp, context_len=context, release=release,
                  mem_fraction_static=entry.get("mem_fraction_static"), model_type=spec.model_type)
-    out = {"release": release, "weights": weights.bytes_per_gpu(tp, gpu) / GiB}
+    out = {"release": release, "weights": weights.bytes_per_gpu(tp, gpu) / GiB, "context": context,
+           "extra_rows": release_rules(release).req_pool_extra}
     if gpu is not None:
         out["from_gpu"] = startup_memory(weights=weights.bytes_per_gpu(tp, gpu), gpu_memory=gpu.cuda_memory_bytes,
                                          link_bytes_per_s=gpu.link_bytes_per_s, **flags)
@@ -132,6 +136,13 @@ def checks(entry: dict, got: dict) -> dict[str, tuple[bool, str]]:
     if m is not None and logged.get("max_running_requests") is not None:
         want = logged["max_running_requests"]
         out["max_running_requests"] = (m.max_running_requests == want, f"{want} / {m.max_running_requests}")
+    elif logged.get("max_running_requests") is not None and logged.get("max_total_num_tokens"):
+        # the log's own pool: rule 3 alone (max_num_reqs and the req_to_token pool of its release)
+        from kvplan.model.sglang_memory import max_running
+
+        want, tokens = logged["max_running_requests"], logged["max_total_num_tokens"]
+        pred = max_running(tokens, logged.get("context_len") or got["context"], got["extra_rows"])
+        out["max_running_requests"] = (pred == want, f"{want} / {pred}")
     if "from_gpu" in got and logged.get("chunked_prefill_size") is not None:
         want = logged["chunked_prefill_size"]
         out["chunked_prefill_size"] = (got["from_gpu"].chunked_prefill_size == want,

@@ -20,7 +20,9 @@ Read from SGLang's own source (sgl-project/sglang, python/sglang/srt):
      cuda_graph_max_bs + 1024 x tp x pp / 8, at least 10 GiB on GPUs above 60 GiB, and
      mem_fraction_static = round((gpu_mem - reserve) / gpu_mem, 3). (Later releases add a
      reserve for piecewise CUDA graphs when they are on; not modelled here.)
-   This module follows the 0.5.3-on rule by default (SGLANG_RELEASE); `release` picks another era.
+   The releases of each era are taken from the merge dates (0.4.7 and 0.5.3 are the first
+   releases after them); `release_at` gives the era a log of a given date can have run. This
+   module follows the 0.5.3-on rule by default (SGLANG_RELEASE); `release` picks another era.
    Multimodal models lower the fraction further (`adjust_mem_fraction_for_vlm`): not modelled.
 
 2. The pool (`ModelRunner.profile_max_num_token`, later model_runner_kv_cache_mixin.py):
@@ -37,8 +39,12 @@ Read from SGLang's own source (sgl-project/sglang, python/sglang/srt):
 
 3. max_running_requests: max_num_reqs = min(max(int(tokens / context_len x 512), 2048), 4096)
    (`init_memory_pool`, later `_resolve_max_num_reqs`), the req_to_token pool holds max_num_reqs
-   rows (max_num_reqs + 1 before 0.4.7), and the scheduler runs min(tokens // 2, that pool) when
-   --max-running-requests is not given (`TpModelWorker.__init__`), else min(the given, that pool).
+   rows, and the scheduler runs min(tokens // 2, that pool) when --max-running-requests is not
+   given (`TpModelWorker.__init__`), else min(the given, that pool). The 0.3-0.4 source builds
+   `ReqToTokenPool(size=max_num_reqs + 1)` and the scheduler takes min(..., its size), so those
+   releases print 2049 or 4097 (logs dated up to 2025-05 do); the 0.4.7-era source builds
+   `size=max_num_reqs` (logs from 2025-07 print 2048). The release of that change is not pinned:
+   it is taken as 0.4.7, with the fraction's rule.
    A pool of no tokens fails: "Not enough memory. Please try to increase --mem-fraction-static."
 
 Sliding-window layers are counted as full layers, as SGLang does for models outside its hybrid
@@ -212,6 +218,14 @@ class SGLangMemory:
         return asdict(self)
 
 
+def max_running(tokens: int, context_len: int, extra_rows: int = 0, given: int | None = None) -> int:
+    """max_running_requests of a pool of `tokens` (the module docstring, rule 3): the req_to_token
+    pool holds min(max(int(tokens / context_len x 512), 2048), 4096) rows (+ `extra_rows` before
+    0.4.7), and the scheduler runs min(tokens // 2, those rows), or min(`given`, those rows)."""
+    rows = min(max(int(tokens / context_len * 512), 2048), 4096) + extra_rows
+    return min(tokens // 2 if given is None else given, rows)
+
+
 def not_enough_memory(mem_fraction_static: float) -> str:
     return ("Not enough memory. Please try to increase --mem-fraction-static. "
             f"Current value: mem_fraction_static={mem_fraction_static}")
@@ -248,8 +262,7 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
     tokens = max(int(rest * GiB) // cell, 0) if cell else 0
     tokens = tokens // page_size * page_size
     estimated = min(max(int(tokens / context_len * 512), 2048), 4096)
-    pool_rows = estimated + rules.req_pool_extra
-    running = min(tokens // 2 if max_running_requests is None else max_running_requests, pool_rows)
+    running = max_running(tokens, context_len, rules.req_pool_extra, max_running_requests)
     reason = None
     if weights > gpu_memory:
         reason = (f"CUDA out of memory while loading the weights: they need {weights / GiB:.2f} GiB on each GPU, "
