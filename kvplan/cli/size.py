@@ -96,9 +96,6 @@ def _size_sglang(model: str, gpu: str | None, tp: str, tokens: str | None, kv_dt
         raise UsageError("SGLang's pool depends on the GPU: give --gpu", field="--engine")
     if batch != 1:
         raise UsageError("is vLLM's sizing of a batch; SGLang reports max_running_requests", field="--batch")
-    mfs = options.get("mem_fraction_static")
-    if mfs is not None and not 0 < mfs <= 1:
-        raise UsageError(f"expected a fraction in (0, 1], got {mfs}", field="--mem-fraction-static")
     context = parse_count(tokens, field="--tokens") if tokens is not None else None
     gpus = parse_list(gpu, "--gpu")
     tps = [int(t) for t in parse_list(tp, "--tp", integers=True)]
