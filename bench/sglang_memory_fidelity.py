@@ -98,10 +98,13 @@ def predict(entry: dict) -> dict | None:
            "extra_rows": release_rules(release).req_pool_extra}
     if gpu is not None:
         out["from_gpu"] = startup_memory(weights=weights.bytes_per_gpu(tp, gpu), gpu_memory=gpu.cuda_memory_bytes,
-                                         link_bytes_per_s=gpu.link_bytes_per_s, **flags)
+                                         link_bytes_per_s=gpu.link_bytes_per_s, smi_memory=gpu.memory_bytes,
+                                         **flags)
     if logged.get("load_begin_avail_gib") is not None:
         pre = int(logged["load_begin_avail_gib"] * GiB)
         memory = gpu.cuda_memory_bytes if gpu is not None else pre
+        if gpu is not None:
+            flags = {**flags, "smi_memory": gpu.memory_bytes}
         if logged.get("rest_memory_gib") is not None:  # an instrumented log: its own rest, its own fraction
             fraction = 1 - (pre - int(logged["rest_memory_gib"] * GiB)) / pre
             flags = {**flags, "mem_fraction_static": fraction}

@@ -51,31 +51,50 @@ def test_mem_fraction_before_0_4_7_follows_tp():
 
 
 def test_mem_fraction_0_5_3_on_an_h100():
-    """H100 80GB as CUDA reports it, 84,943,715,697 B = 81,008.6 MiB, tp=1: chunked prefill 8192 and
-    CUDA graphs up to 256; reserve 512 + 1.5 x 8192 + 2 x 256 + 1024 x 1/8 = 13,440 MiB (above the
-    10 GiB floor); (81,008.6 - 13,440) / 81,008.6 = 0.8341 -> 0.834."""
-    mib = get_gpu("H100-80GB").cuda_memory_bytes / MiB
+    """SGLang reads the GPU's size from nvidia-smi's memory.total (get_nvgpu_memory_capacity), on an
+    H100 80GB 81,559 MiB; tp=1: chunked prefill 8192 and CUDA graphs up to 256; reserve 512 + 1.5 x
+    8192 + 2 x 256 + 1024 x 1/8 = 13,440 MiB (above the 10 GiB floor); (81,559 - 13,440) / 81,559 =
+    0.8352 -> 0.835."""
+    mib = get_gpu("H100-80GB").memory_bytes / MiB
+    assert mib == 81_559
     assert batch_defaults(mib, 1, "0.5.3") == (8192, 256)
-    assert default_mem_fraction(mib, 1, "0.5.3", 8192, 256)[0] == 0.834
+    assert default_mem_fraction(mib, 1, "0.5.3", 8192, 256)[0] == 0.835
 
 
 def test_mem_fraction_0_5_3_on_an_l4_and_at_tp8():
-    """L4, 23,676,007,219 B = 22,579.2 MiB, tp=1: 2048 and 24; reserve 512 + 3072 + 48 + 128 = 3,760
-    MiB (below 60 GiB, no floor); (22,579.2 - 3,760) / 22,579.2 = 0.8335 -> 0.833 (round to 3
-    places: 0.83347...). H100 at tp=8: 8192 and 512; 512 + 12,288 + 1,024 + 1,024 = 14,848 MiB;
-    (81,008.6 - 14,848) / 81,008.6 = 0.8167 -> 0.817."""
-    mib = get_gpu("L4").cuda_memory_bytes / MiB
+    """L4, nvidia-smi 23,034 MiB, tp=1: 2048 and 24; reserve 512 + 3072 + 48 + 128 = 3,760 MiB (below
+    60 GiB, no floor); (23,034 - 3,760) / 23,034 = 0.8368 -> 0.837. H100 at tp=8: 8192 and 512;
+    512 + 12,288 + 1,024 + 1,024 = 14,848 MiB; (81,559 - 14,848) / 81,559 = 0.8179 -> 0.818."""
+    mib = get_gpu("L4").memory_bytes / MiB
     assert batch_defaults(mib, 1, "0.5.3") == (2048, 24)
-    assert default_mem_fraction(mib, 1, "0.5.3", 2048, 24)[0] == 0.833
-    h100 = get_gpu("H100-80GB").cuda_memory_bytes / MiB
+    assert default_mem_fraction(mib, 1, "0.5.3", 2048, 24)[0] == 0.837
+    h100 = get_gpu("H100-80GB").memory_bytes / MiB
     assert batch_defaults(h100, 8, "0.5.3") == (8192, 512)
-    assert default_mem_fraction(h100, 8, "0.5.3", 8192, 512)[0] == 0.817
+    assert default_mem_fraction(h100, 8, "0.5.3", 8192, 512)[0] == 0.818
 
 
 def test_mem_fraction_0_4_7_tiers():
-    """H100 (81,008.6 MiB), tp=1: reserve (9.5 + 1/2) GiB = 10,240 MiB -> 0.8736 -> 0.874."""
-    mib = get_gpu("H100-80GB").cuda_memory_bytes / MiB
+    """H100 (81,559 MiB), tp=1: reserve (9.5 + 1/2) GiB = 10,240 MiB -> 0.8744 -> 0.874, as the docs
+    CI log of 2025-06-15 prints it."""
+    mib = get_gpu("H100-80GB").memory_bytes / MiB
     assert default_mem_fraction(mib, 1, "0.4.7", 8192, 160)[0] == 0.874
+    assert LOGS["qwen25-05b-h100-docs-2025-06-15"]["logged"]["server_args_mem_fraction_static"] == 0.874
+
+
+def test_the_fraction_follows_nvidia_smi_not_cuda():
+    """An L40S: nvidia-smi 46,068 MiB, CUDA 45,588 MiB. The 0.5.3 rule, tp=1: 4096 and 32 below 60
+    GiB; reserve 512 + 6,144 + 64 + 128 = 6,848 MiB; (46,068 - 6,848) / 46,068 = 0.8513 -> 0.851, as
+    sglang#13023's ServerArgs prints it; from CUDA's total it would be (45,588 - 6,848) / 45,588 =
+    0.8498 -> 0.850."""
+    gpu = get_gpu("L40S")
+    common = dict(layout=_llama(), weights=0, gpu_memory=gpu.cuda_memory_bytes, tp=1, context_len=131072,
+                  release="0.5.3")
+    assert startup_memory(smi_memory=gpu.memory_bytes, **common).mem_fraction_static == 0.851
+    assert startup_memory(**common).mem_fraction_static == 0.850
+    assert LOGS["llama31-8b-l40s-pr13023"]["logged"]["server_args_mem_fraction_static"] == 0.851
+    from kvplan.model.sglang_size import sglang_size
+
+    assert sglang_size("meta-llama/Llama-3.1-8B-Instruct", gpu="L40S").memory.mem_fraction_static == 0.851
 
 
 def test_releases_and_dates():
@@ -159,7 +178,7 @@ def test_cli_json_keys(run_cli):
     for key in ("weight_bytes", "max_total_num_tokens", "max_running_requests", "chunked_prefill_size",
                 "mem_fraction_static", "mem_fraction_reason", "fits", "reason", "bytes_per_token", "kv_pool_bytes"):
         assert key in data
-    assert data["engine"] == "sglang" and data["fits"] and data["mem_fraction_static"] == 0.834
+    assert data["engine"] == "sglang" and data["fits"] and data["mem_fraction_static"] == 0.835  # 0.5.3 rule, 81,559 MiB
     assert out == run_cli("size", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-80GB", "--engine", "sglang",
                           "--json")[1]
 

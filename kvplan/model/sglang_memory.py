@@ -3,8 +3,11 @@
 Read from SGLang's own source (sgl-project/sglang, python/sglang/srt):
 
 1. mem_fraction_static, when not given (`ServerArgs.__post_init__`, later
-   `ServerArgs._handle_gpu_memory_settings`), from `gpu_mem`, the device's total memory in MiB
-   as CUDA reports it (`get_device_memory_capacity`), in three eras (`release_rules`):
+   `ServerArgs._handle_gpu_memory_settings`), from `gpu_mem`, the device's total memory in MiB as
+   `get_device_memory_capacity` reads it: `get_nvgpu_memory_capacity` runs `nvidia-smi
+   --query-gpu=memory.total` (the minimum over the visible GPUs), so the tiers and the fraction
+   use nvidia-smi's total (gpus.GPU.memory_bytes: 46,068 MiB on an L40S), not CUDA's smaller
+   one, which only the free memory before loading reflects. Read in three eras (`release_rules`):
    - before 0.4.7 (sgl-project/sglang#2044 and earlier): by the parallel size alone, 0.88 at
      tp=1, 0.87 at 2, 0.85 at 4, 0.81 at 8, 0.79 at 16; chunked_prefill_size 2048 below
      25,000 MiB, else 8192; cuda_graph_max_bs 8 (80 at tp >= 4) below 25,000 MiB, else 160.
@@ -235,19 +238,22 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
                    release: str = SGLANG_RELEASE, mem_fraction_static: float | None = None,
                    chunked_prefill_size: int | None = None, max_running_requests: int | None = None,
                    page_size: int = DEFAULT_PAGE_SIZE, model_type: str = "",
-                   pre_load: int | None = None, link_bytes_per_s: float = 0.0) -> SGLangMemory:
+                   pre_load: int | None = None, link_bytes_per_s: float = 0.0,
+                   smi_memory: int | None = None) -> SGLangMemory:
     """SGLang's pool on one GPU: `layout` the per-rank KV layout (kvplan.model.build.build_layout with
     the KV dtype and tp), `weights` this rank's weight bytes, `gpu_memory` the device's memory as
     CUDA reports it, `context_len` the model's (or --context-length), the overrides as SGLang's
     flags, `link_bytes_per_s` the GPU's link to its peers (gpus.GPU.link_bytes_per_s: NVLink or PCIe);
-    `pre_load` replaces the modelled free memory before loading (a log's own figure)."""
+    `pre_load` replaces the modelled free memory before loading (a log's own figure); `smi_memory`
+    the device's memory.total as nvidia-smi prints it (gpus.GPU.memory_bytes), from which SGLang
+    sets its fraction and batch defaults (rule 1), `gpu_memory` when not given."""
     if mem_fraction_static is not None and not 0 < mem_fraction_static <= 1:
         raise UsageError(f"expected a fraction in (0, 1], got {mem_fraction_static}", field="--mem-fraction-static")
     if model_type in HYBRID_SWA_TYPES:
         raise UsageError(f"{model_type} runs on SGLang's hybrid sliding-window pool, not modelled for engine "
                          "sglang yet", field="--engine")
     rules = release_rules(release)
-    gpu_mem_mib = gpu_memory / MiB
+    gpu_mem_mib = (smi_memory or gpu_memory) / MiB
     chunk, graph_bs = batch_defaults(gpu_mem_mib, tp, rules.era)
     chunk = chunked_prefill_size if chunked_prefill_size is not None else chunk
     if mem_fraction_static is None:

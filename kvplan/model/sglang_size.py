@@ -91,7 +91,7 @@ def sglang_size(model: str, *, gpu: str, tp: int = 1, kv_dtype: str = "auto", qu
                             tp=tp, context_len=context, release=sglang_version or SGLANG_RELEASE,
                             mem_fraction_static=mem_fraction_static, chunked_prefill_size=chunked_prefill_size,
                             max_running_requests=max_running_requests, model_type=spec.model_type,
-                            link_bytes_per_s=gpu_spec.link_bytes_per_s)
+                            link_bytes_per_s=gpu_spec.link_bytes_per_s, smi_memory=gpu_spec.memory_bytes)
     notes = [spec.dtype_note] if spec.dtype_note else []
     if weights.scheme != "none":
         notes.append(f"weights as loaded: {weights.scheme}")
