@@ -5,7 +5,8 @@ each log whose model kvplan resolves, predicts with kvplan/model/sglang_memory.p
 - weights per GPU ("Load weight end ... mem usage"): target within 5%;
 - mem_fraction_static, where the log prints SGLang's ServerArgs: exact;
 - max_total_num_tokens ("KV Cache is allocated. #tokens"): target within 10%, twice: from the GPU
-  (the GPU's memory as CUDA reports it, kvplan's weights; the issue's target), and from the log's
+  (the free memory from the GPU's total as CUDA reports it, the fraction and batch defaults from
+  nvidia-smi's total as SGLang reads it, kvplan's weights; the issue's target), and from the log's
   own free memory before loading and its own weights (the pool arithmetic alone, cell size,
   default fraction and rounding: no estimate of the GPU or the weights in it);
 - max_running_requests: exact, from the predicted pool;
