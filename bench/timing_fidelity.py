@@ -257,7 +257,7 @@ def build_case(entry: dict, values: dict | None = None):
     from kvplan.model.fit import size_model
     from kvplan.model.gpus import get_gpu
     from kvplan.model.step_time import (CONSTANTS, ENGINE_OVERHEAD_FACTOR, SERVER_FRONTEND_FACTOR, StepConstants,
-                                        step_model)
+                                        scale_overheads, step_model)
     from kvplan.model.vllm_memory import EngineOptions
     from kvplan.model.weights import engine_shape, estimate_weights
     from kvplan.workload.records import PoolSpec, SchedulerConfig, TimingConfig, Workload
@@ -295,12 +295,12 @@ def build_case(entry: dict, values: dict | None = None):
     c = replace(CONSTANTS, **{k: v for k, v in values.items() if k in names})
     factor = values.get("engine:" + runtime(entry), ENGINE_OVERHEAD_FACTOR.get(runtime(entry), 1.0))
     front = values.get("server:" + str(entry.get("server")), SERVER_FRONTEND_FACTOR.get(str(entry.get("server")), 1.0))
-    # a server slower to answer one request (SGLang hands each on between three processes) is not
-    # slower to take requests in or to stream tokens; a faster one (Triton's C++) is faster at all
-    stream = min(front, 1.0) if not values.get("_old") else front
-    c = replace(c, step_overhead_s=c.step_overhead_s * factor, request_overhead_s=c.request_overhead_s * factor,
-                frontend_latency_s=c.frontend_latency_s * front, frontend_request_s=c.frontend_request_s * stream,
-                stream_token_s=c.stream_token_s * stream)
+    if values.get("_old"):  # the structure before: intake and streaming scaled by the server's factor either way
+        c = replace(c, step_overhead_s=c.step_overhead_s * factor, request_overhead_s=c.request_overhead_s * factor,
+                    frontend_latency_s=c.frontend_latency_s * front, frontend_request_s=c.frontend_request_s * front,
+                    stream_token_s=c.stream_token_s * front)
+    else:
+        c = scale_overheads(c, factor, front)
     overlap = async_scheduling(entry) and not values.get("_old")
     step = step_model(spec, layout, weights, gpu, tp, constants=c, async_scheduling=overlap)
     if values.get("_roofline"):
