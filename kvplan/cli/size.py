@@ -82,6 +82,12 @@ def size(
             from kvplan.report.size_view import render_grid
 
             render_grid(model, rows)
+            if "dp" in options:
+                from kvplan.report.output import console
+
+                console().print("with --dp/--pp/--enable-expert-parallel each row is a GPU of the pipeline stage that "
+                                "sets the pool, its concurrency that of one DP rank (one GPU and TP degree alone: "
+                                "the stages and totals)")
         return
     run = size_of(model, tp=tps[0], gpu=gpus[0], **options)
     if json:

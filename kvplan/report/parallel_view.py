@@ -34,8 +34,8 @@ def render_parallel(info: dict) -> None:
             out.print("* the stage with the fewest blocks: vLLM gives every stage that many")
 
 
-STEP_TERMS = (("moe_experts", "MoE experts, busiest rank (EP / DP split)"),
-              ("all_to_all", "all-to-all dispatch + combine"),
+STEP_TERMS = (("moe_experts", "MoE experts, busiest rank"),
+              ("all_to_all", "all-to-all (dispatch, combine)"),
               ("pipeline_send", "send to the next stage"),
               ("total", "step (this stage)"))
 
@@ -51,8 +51,8 @@ def render_parallel_step(r: dict) -> None:
     table = Table(title=f"Parallelism: tp {p['tp']} x dp {p['dp']} x pp {p['pp']} = {p['gpus']} GPUs{ep}",
                   title_justify="left")
     table.add_column("term")
-    table.add_column(f"decode (stage {p['decode_slowest_stage']})", justify="right")
-    table.add_column(f"prefill (stage {p['prefill_slowest_stage']})", justify="right")
+    table.add_column(f"decode, stage {p['decode_slowest_stage']}", justify="right")
+    table.add_column(f"prefill, stage {p['prefill_slowest_stage']}", justify="right")
     for key, label in STEP_TERMS:
         table.add_row(label, f"{r['decode_s'][key] * 1e3:,.3f} ms", f"{r['prefill_s'][key] * 1e3:,.3f} ms")
     print_table(out, table)
