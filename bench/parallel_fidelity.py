@@ -29,7 +29,6 @@ import hashlib
 import math
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +41,7 @@ CORPUS = ROOT / "tests" / "data" / "parallel_measurements.yaml"
 GiB = 2**30
 HELD_OUT_SHARE = 1 / 3
 SEED = 0
-# the engine's runtime, for ENGINE_OVERHEAD_FACTOR (as bench/timing_fidelity.py names them)
+# the engine's runtime, whose host overheads step_time.engine_constants restates (as bench/timing_fidelity.py names them)
 RUNTIME = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm-pytorch"}
 
 
@@ -67,14 +66,12 @@ def _step(entry: dict, async_scheduling: bool):
     from kvplan.model.gpus import get_gpu
     from kvplan.model.parallel_step import ALL2ALL_DEFAULT, ParallelStep
     from kvplan.model.resolve import load_spec
-    from kvplan.model.step_time import CONSTANTS, ENGINE_OVERHEAD_FACTOR
+    from kvplan.model.step_time import CONSTANTS, engine_constants
     from kvplan.model.weights import estimate_weights
 
     spec = load_spec(entry["model"])
     weights = estimate_weights(spec, entry.get("quantization"))
-    factor = ENGINE_OVERHEAD_FACTOR[RUNTIME[entry["engine"]]]
-    constants = replace(CONSTANTS, step_overhead_s=CONSTANTS.step_overhead_s * factor,
-                        request_overhead_s=CONSTANTS.request_overhead_s * factor)
+    constants = engine_constants(CONSTANTS, RUNTIME[entry["engine"]])
     setup, p = entry["setup"], entry["parallel"]
     return ParallelStep(spec, weights, get_gpu(entry["gpu"]), _parallel(entry),
                         kv_dtype=setup.get("kv_cache_dtype") or "auto", enforce_eager=bool(setup.get("enforce_eager")),
