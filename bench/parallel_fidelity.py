@@ -41,7 +41,8 @@ CORPUS = ROOT / "tests" / "data" / "parallel_measurements.yaml"
 GiB = 2**30
 HELD_OUT_SHARE = 1 / 3
 SEED = 0
-# the engine's runtime, whose host overheads step_time.engine_constants restates (as bench/timing_fidelity.py names them)
+# the engine's runtime, whose host overheads step_time.engine_constants restates (named as in
+# bench/timing_fidelity.py)
 RUNTIME = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm-pytorch"}
 
 
@@ -76,7 +77,8 @@ def _step(entry: dict, async_scheduling: bool):
     return ParallelStep(spec, weights, get_gpu(entry["gpu"]), _parallel(entry),
                         kv_dtype=setup.get("kv_cache_dtype") or "auto", enforce_eager=bool(setup.get("enforce_eager")),
                         constants=constants, async_scheduling=async_scheduling,
-                        all2all_backend=p.get("all2all_backend") or ALL2ALL_DEFAULT, enable_dbo=bool(p.get("enable_dbo")))
+                        all2all_backend=p.get("all2all_backend") or ALL2ALL_DEFAULT,
+                        enable_dbo=bool(p.get("enable_dbo")))
 
 
 def _async(entry: dict) -> bool:
@@ -130,7 +132,8 @@ def predict_served(entry: dict) -> float:
 
     s, pp = entry["setup"], entry["parallel"]["pp"]
     model = _step(entry, _async(entry))
-    prompts, outputs = sharegpt_lengths(np.random.default_rng(SEED), s["num_prompts"], s["mean_input"], s["mean_output"])
+    prompts, outputs = sharegpt_lengths(np.random.default_rng(SEED), s["num_prompts"], s["mean_input"],
+                                        s["mean_output"])
     # prefill every prompt in chunks of max_num_batched_tokens, the stages pipelined (a chunk a stage time)
     t, budget = 0.0, s["max_num_batched_tokens"]
     pending = list(prompts)
@@ -154,8 +157,8 @@ def predict_served(entry: dict) -> float:
         micro = max(running // pp, 1)
         rounds = int(remaining[done] - made)
         if rounds > 0:
-            step = _slowest(model, tokens=micro, requests=micro, kv_read=micro * _read(model, 0, held + made + rounds / 2),
-                            pairs=0)
+            read = micro * _read(model, 0, held + made + rounds / 2)
+            step = _slowest(model, tokens=micro, requests=micro, kv_read=read, pairs=0)
             t += rounds * pp * step
             made += rounds
         while done < len(remaining) and remaining[done] <= made:

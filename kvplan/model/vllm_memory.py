@@ -297,8 +297,8 @@ def activation_peak(hidden: int, mlp_width: int, vocab: int, tp: int, act_bytes:
     forward = tokens * (A_HIDDEN * hidden + A_MLP * -(-mlp_width // tp)) * act_bytes
     if not sampler:
         return forward
-    sampler = (tokens + rows) * hidden * act_bytes + rows * vocab * sampler_bytes(release, flashinfer)
-    return max(forward, sampler)
+    sampling = (tokens + rows) * hidden * act_bytes + rows * vocab * sampler_bytes(release, flashinfer)
+    return max(forward, sampling)
 
 
 def warmup_peak(hidden: int, mlp_width: int, vocab: int, tp: int, act_bytes: int,
@@ -318,8 +318,9 @@ def startup_memory(*, total: int, gpu_name: str, weights: int, hidden: int, mlp_
                    groups_at_init: int = 0, groups_in_profile: int = 0) -> StartupMemory:
     """vLLM's start-up memory on one GPU (the module docstring). With data, expert or pipeline
     parallelism (kvplan/model/parallel.py): `sampler` False for a pipeline stage before the last
-    (no logits: no sampler pass, and no all-gather to connect the TP communicator in), and the NCCL communicators of its other process groups, made at init (`groups_at_init` bytes,
-    before the snapshot) and connected inside the profile (`groups_in_profile`, non-torch)."""
+    (no logits: no sampler pass, and no all-gather to connect the TP communicator in), and the
+    NCCL communicators of its other process groups, made at init (`groups_at_init` bytes, before
+    the snapshot) and connected inside the profile (`groups_in_profile`, non-torch)."""
     tokens, seqs = default_batch(gpu_name, total)
     tokens = options.max_num_batched_tokens or tokens
     seqs = options.max_num_seqs or seqs
