@@ -58,7 +58,7 @@ def test_every_table_is_a_stage_and_a_scheduler_of_its_source():
     for name, src in bench.SOURCES.items():
         rates = {rate for rate, _ in src["stages"][1:]}  # the warm-up has no table
         assert set(src["measured"]) == set(src["routers"])
-        for table in (*src["measured"].values(), *src.get("mean", {}).values()):
+        for table in (*src["measured"].values(), *src.get("mean", {}).values(), *src.get("itl_mean", {}).values()):
             assert set(table) <= rates, name
     for (name, router), table in {**bench.REPEAT, **bench.REPEAT_MEAN}.items():
         assert router in bench.SOURCES[name]["routers"]
