@@ -57,17 +57,19 @@ pkg/tokenization/pool.go, minPrefixOverlapRatio 0.8), not larger for the longer 
 in X-37, 7,200 in X-70R), not smaller with 8 pods than with 4, and twice as large in one run of X-37
 as in the other: a per-request latency of the deployment that varies from run to run, not a cost of
 the prompt's length, the load or the pods' number. The engine is not what is fast: its decode pace
-agrees at low load (2 x the ITL mean against kvplan's TPOT mean: X-37 0.026 vs 0.029 s at 3/s,
-X-70R 0.022 vs 0.021 s at 3/s; kvplan's is 1.5x the measured at the top rates, 0.086 vs 0.058 s in
-X-37 at 20/s and 0.09 vs 0.058 s in X-70R at 40-60/s, a separate miss). Not modelled. The known
-costs on that path are
-small beside it: vLLM's API server tokenizes each prompt on one thread (vllm-project/vllm#25301:
-serving_engine.py's ThreadPoolExecutor(max_workers=1)) at 1.3-1.9 MB/s for the Llama 3.1 tokenizer
-(huggingface/tokenizers#1582), 19-28 ms for X-37's 9,000 tokens at 4 bytes a token; the EPP's body
-handling is 25 ms for a 220 KB body (GATEWAY_DEFAULT_S), less for these (~36 KB). The client of that
-time opened a new aiohttp session (its connection and DNS resolver) for every request, inside its
-TTFT (kubernetes-sigs/inference-perf, client/modelserver/vllm_client.py at 23b52d0; shared per
-worker from #282 of 2025-11-11): a client cost, unmeasured there, which no server default carries.
+agrees at low load (2 x the ITL mean against kvplan's TPOT mean: X-37 0.026 vs 0.029 s at 3/s, X-70R
+0.022 vs 0.021 s at 3/s; kvplan's is 1.5x the measured at the top rates, 0.086 vs 0.058 s in X-37 at
+20/s and 0.09 vs 0.058 s in X-70R at 40-60/s, a separate miss). In the X-37 repeat and in X-70R the
+measured p90s sit on a 0.1 s grid (0.400 at seven of nine rates; 0.4/0.5/0.6) and the repeat's ITL
+p90 is 0.100: stamps or deliveries in 100 ms steps there, unexplained. Not modelled. The known costs
+on that path are small beside it: vLLM's API server tokenizes each prompt on one thread
+(vllm-project/vllm#25301: serving_engine.py's ThreadPoolExecutor(max_workers=1)) at 1.3-1.9 MB/s for
+the Llama 3.1 tokenizer (huggingface/tokenizers#1582), 19-28 ms for X-37's 9,000 tokens at 4 bytes a
+token; the EPP's body handling is 25 ms for a 220 KB body (GATEWAY_DEFAULT_S), less for these (~36
+KB). The client of that time opened a new aiohttp session (its connection and DNS resolver) for
+every request, inside its TTFT (kubernetes-sigs/inference-perf, client/modelserver/vllm_client.py at
+23b52d0; shared per worker from #282 of 2025-11-11): a client cost, unmeasured there, which no
+server default carries.
 
 Run: python bench/routing_fidelity.py [--source NAME] [--router NAME] [--seeds N]
 """
