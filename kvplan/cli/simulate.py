@@ -33,6 +33,7 @@ def simulate(
     count: Annotated[Optional[int], typer.Option(help="Without a workload file: requests (default 1000).")] = None,
     show_workload: Annotated[bool, typer.Option("--show-workload", help="Print the workload YAML a flag-only run uses (to stderr with --json).")] = False,
     timing_profile: TimingProfileOpt = None,
+    engine: Annotated[Optional[str], typer.Option(help="Serve experiments: whose scheduler runs the requests, vllm or sglang (SGLang's: its token pool, RadixAttention, lpm); instead of the workload's engine:.")] = None,
 ) -> None:
     """Replay a workload through contiguous and paged allocators and compare them.
 
@@ -43,6 +44,8 @@ def simulate(
     from kvplan.fileio import note_input
 
     options = _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks)
+    if engine is not None and engine not in ("vllm", "sglang"):
+        raise UsageError(f"expected vllm or sglang, got {engine!r}", field="--engine")
     flags = {"--model": model, "--gpu": gpu, "--tp": tp, "--rate": rate, "--prompt": prompt, "--output": output,
              "--count": count, "--timing-profile": timing_profile}
     if workload is not None:
@@ -54,7 +57,7 @@ def simulate(
             raise UsageError("shows the workload of a flag-only run (with --model)", field="--show-workload")
         path = _workload_path(workload)
         note_input(path)
-        wl = load(path)
+        wl = load(path, engine=engine)
     elif model is None:
         raise UsageError("give a workload file, a bundled example's name (kvplan examples), or --model with "
                          "the flags of a serve run", field="workload")
@@ -64,6 +67,10 @@ def simulate(
         spec = flag_workload(model, "H100-80GB" if gpu is None else gpu, 1 if tp is None else tp, rate,
                              prompt or "1000", output or "200", 1000 if count is None else count,
                              timing_profile=_profile_path(timing_profile))
+        if engine is not None and engine != spec.engine:
+            from kvplan.workload.schema import with_engine
+
+            spec = with_engine(spec, engine)
         if show_workload:
             import json as json_module
             import sys

@@ -197,6 +197,20 @@ SERVER_FRONTEND_FACTOR = {"vllm-openai": 1.0, "trtllm-serve": 1.0, "nim": 1.0, "
                           "trtllm-bench": 0.0, "gptSessionBenchmark": 0.0}
 
 
+def engine_constants(constants: "StepConstants", engine: str, server: str) -> "StepConstants":
+    """The constants restated for another engine and API server (ENGINE_OVERHEAD_FACTOR on the host
+    overheads, SERVER_FRONTEND_FACTOR on the server's latency; its intake and streaming costs scale
+    only by a factor below 1: a slower answer is not a slower intake)."""
+    factor = ENGINE_OVERHEAD_FACTOR.get(engine, 1.0)
+    front = SERVER_FRONTEND_FACTOR.get(server, 1.0)
+    stream = min(front, 1.0)
+    return replace(constants, step_overhead_s=constants.step_overhead_s * factor,
+                   request_overhead_s=constants.request_overhead_s * factor,
+                   frontend_latency_s=constants.frontend_latency_s * front,
+                   frontend_request_s=constants.frontend_request_s * stream,
+                   stream_token_s=constants.stream_token_s * stream)
+
+
 STREAM_BUSY_CAP = 0.9  # the busiest the API server is taken to be (stream_token_s): past it the
 # fluid stretch would grow without bound, and the server's own queue, not modelled, takes over
 
