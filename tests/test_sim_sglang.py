@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kvplan.sim.engine import simulate
-from kvplan.sim.sglang import new_token_ratios, simulate_sglang
+from kvplan.sim.sglang import new_token_ratios
 from kvplan.sim.sglang_reference import sglang_reference, simulate_sglang_reference
 from kvplan.workload.records import (AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig, SglangConfig,
                                      TimingConfig, Workload)
@@ -123,7 +123,7 @@ def hand_workload(requests, slots, g: SglangConfig, *, mml=64, hash_block=4, tim
                     timing or TimingConfig(), make, sglang=g)
 
 
-RUNNERS = {"kernel": simulate_sglang, "reference": simulate_sglang_reference}
+RUNNERS = {"kernel": simulate, "reference": simulate_sglang_reference}
 
 
 def records(result) -> dict[str, list]:
@@ -217,3 +217,63 @@ def test_retraction_takes_the_last_of_the_fewest_outputs_and_raises_the_ratio(ru
     assert rec["admitted"] == [0.0, 1.0] and rec["first_token"] == [1.0, 2.0]
     assert rec["finish"] == [41.0, 60.0]
     assert new_token_ratios(0.01)[0] == pytest.approx(0.007)
+
+
+# -- the workload file and the command line --------------------------------------------------------
+
+
+def _write(tmp_path, text: str):
+    path = tmp_path / "w.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+SERVE = """pool: {slots: 4000}
+requests: {count: 30, prompt: {dist: uniform, low: 10, high: 300}, output: {dist: uniform, low: 1, high: 50},
+           arrival: {process: poisson, rate: 1}}
+prefix: {system_prompts: 2, system_prompt_len: 64}
+scheduler: {max_model_len: 1024}
+"""
+
+
+def test_engine_key_and_flag_select_sglang(tmp_path):
+    """Breaks if `engine:` or --engine's override does not reach the simulator, or changes a vLLM run."""
+    from kvplan.experiments import load
+    from kvplan.sim.engine import simulate_all
+
+    plain = load(_write(tmp_path, SERVE))
+    assert plain.sglang is None
+    vllm_labels = [r.label for r in simulate_all(plain)]
+    assert vllm_labels == ["paged-B16", "paged-B16 no-cache"]
+    flagged = load(tmp_path / "w.yaml", engine="sglang")
+    keyed = load(_write(tmp_path, SERVE + "engine: sglang\nsglang: {schedule_policy: fcfs, chunked_prefill_size: -1}\n"))
+    assert flagged.sglang.schedule_policy == "lpm" and flagged.sglang.chunked_prefill_size == 8192
+    assert keyed.sglang.schedule_policy == "fcfs" and keyed.sglang.chunked_prefill_size == 0
+    # the no-cache twin turns the radix cache off (and with it lpm)
+    assert [r.label for r in simulate_all(flagged)] == ["sglang", "sglang no-cache"]
+    assert load(tmp_path / "w.yaml", engine="vllm").sglang is None  # --engine vllm over `engine: sglang`
+
+
+def test_the_workload_a_flag_run_writes_keeps_the_engine(tmp_path):
+    """Breaks if --show-workload's YAML drops engine: sglang or its flags (read back, the same)."""
+    from kvplan.workload.schema import read_spec
+    from kvplan.workload.distributions import Fixed, Lengths
+    from kvplan.workload.spec import PoolRequest, SglangSpec, SyntheticRequests, WorkloadSpec
+    from kvplan.workload.spec_yaml import spec_yaml
+
+    lengths = Lengths(Fixed(10), 1)
+    spec = WorkloadSpec(name="x", pool=PoolRequest(slots=4000), requests=SyntheticRequests(3, lengths, lengths),
+                        engine="sglang", sglang=SglangSpec(schedule_policy="fcfs", max_running_requests=7))
+    back = read_spec(_write(tmp_path, spec_yaml(spec)))
+    assert (back.engine, back.sglang) == ("sglang", spec.sglang)
+
+
+def test_sglang_runs_restate_the_step_constants_for_sglang():
+    """Breaks if engine: sglang does not apply SGLang's overhead and API-server factors (and only those)."""
+    from kvplan.model.step_time import ENGINE_OVERHEAD_FACTOR, SERVER_FRONTEND_FACTOR, CONSTANTS, engine_constants
+
+    c = engine_constants(CONSTANTS, "sglang", "sglang")
+    assert c.frontend_latency_s == CONSTANTS.frontend_latency_s * SERVER_FRONTEND_FACTOR["sglang"]
+    assert c.step_overhead_s == CONSTANTS.step_overhead_s * ENGINE_OVERHEAD_FACTOR["sglang"]
+    assert c.stream_token_s == CONSTANTS.stream_token_s * min(SERVER_FRONTEND_FACTOR["sglang"], 1.0)
+    assert c.gemm_efficiency == CONSTANTS.gemm_efficiency

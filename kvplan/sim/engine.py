@@ -327,8 +327,9 @@ def simulate(workload: Workload, allocator: AllocatorSpec, *,
     if setup.sglang is not None:  # SGLang's scheduler: kvplan/sim/sglang.py
         from kvplan.sim.sglang import simulate_sglang
 
-        return simulate_sglang(workload, allocator, progress=progress, record_requests=record_requests,
-                               timeline_points=timeline_points, setup=setup)
+        return simulate_sglang(workload, setup, _config(setup, timeline_points), slo_of(workload, setup),
+                               progress=progress, record_requests=record_requests,
+                               events_per_call=EVENTS_PER_CALL)
     slo = slo_of(workload, setup)
     state = KernelState(setup, timeline_points)
     for chunk in prepared_chunks(workload, setup):

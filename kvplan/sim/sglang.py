@@ -99,22 +99,21 @@ def stalled_sglang() -> WorkloadError:
                          "them", field="pool")
 
 
-def simulate_sglang(workload, allocator, *, progress=None, record_requests: bool = False,
-                    timeline_points: int | None = None, setup=None):
+def simulate_sglang(workload, setup, cfg, slo, *, progress=None, record_requests: bool = False,
+                    events_per_call: int = 200_000):
     """Replay the workload through SGLang's scheduler with the compiled kernel (kernel.py's sg_run):
-    the same result as sglang_reference.simulate_sglang_reference, to the byte."""
+    the same result as sglang_reference.simulate_sglang_reference, to the byte. engine.simulate
+    calls it with the run's setup (sglang set), the kernel's settings (`cfg`, engine._config) and
+    the workload's SLO."""
     import numpy as np
 
     from kvplan.memory.prefix_cache import PrefixCacheStats
     from kvplan.sim import kernel as K
-    from kvplan.sim.engine import EVENTS_PER_CALL, _config, slo_of
-    from kvplan.sim.inputs import make_setup, prepared_chunks
+    from kvplan.sim.inputs import prepared_chunks
     from kvplan.sim.metrics import INTEGRALS, RawRun, build_result
-    from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
+    from kvplan.sim.sampling import initial_delta
 
-    points = TIMELINE_POINTS if timeline_points is None else timeline_points
-    setup = make_setup(workload, allocator) if setup is None else setup
-    slo = slo_of(workload, setup)
+    points = int(cfg[K.MAX_SAMPLES])
     g = setup.sglang
     chunks = list(prepared_chunks(workload, setup))
     n = sum(len(c) for c in chunks)
@@ -146,7 +145,6 @@ def simulate_sglang(workload, allocator, *, progress=None, record_requests: bool
         nd[ids[inner], K.N_PARENT] = ids[inner - 1]
     ids = ids if len(ids) else np.zeros(1, dtype=np.int64)
 
-    cfg = _config(setup, points)
     st = np.zeros(K.NUM_SCALARS, dtype=np.int64)
     st[K.FREE_BLOCKS] = setup.slots
     st[K.SAMPLE_EVERY] = initial_delta(setup.clock)
@@ -171,7 +169,7 @@ def simulate_sglang(workload, allocator, *, progress=None, record_requests: bool
     timeline = np.zeros((points, 8), dtype=np.int64)
     acc = np.zeros((K.NUM_INTEGRALS, 4), dtype=np.int64)
     while n:
-        code = K.sg_run(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, bt, bn, order, timeline, acc, EVENTS_PER_CALL)
+        code = K.sg_run(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, bt, bn, order, timeline, acc, events_per_call)
         if progress is not None:
             progress(int(st[K.DONE]), n)
         if code == 3:

@@ -38,6 +38,8 @@ replicas: [{count: 2, gpu: L40S}, ...]  # experiment fleet: replica groups (kvpl
 router: round_robin           # experiment fleet: kvplan/workload/routing.ROUTERS (llm_d, sglang ...)
 transfer: {gb_per_s: 50, latency_s: 0.001, proxy_s: 0.005}  # experiment fleet, disaggregated: the KV link, the proxy
 offload: {kv_offloading_size: 8GiB, gb_per_s: 25}  # serve and fleet: a CPU KV tier per replica, its PCIe load bandwidth
+engine: vllm                  # serve: vllm | sglang (SGLang's scheduler and radix cache: kvplan/sim/sglang.py)
+sglang: {schedule_policy: lpm, chunked_prefill_size: 8192}  # engine: sglang: its flags (workloads/SCHEMA.md)
 ```
 
 The YAML file is one reader of the records in kvplan/workload/spec.py: `read_spec` checks every
