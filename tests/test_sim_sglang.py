@@ -272,7 +272,7 @@ def test_sglang_runs_restate_the_step_constants_for_sglang():
     """Breaks if engine: sglang does not apply SGLang's overhead and API-server factors (and only those)."""
     from kvplan.model.step_time import ENGINE_OVERHEAD_FACTOR, SERVER_FRONTEND_FACTOR, CONSTANTS, engine_constants
 
-    c = engine_constants(CONSTANTS, "sglang", "sglang")
+    c = engine_constants(CONSTANTS, "sglang")
     assert c.frontend_latency_s == CONSTANTS.frontend_latency_s * SERVER_FRONTEND_FACTOR["sglang"]
     assert c.step_overhead_s == CONSTANTS.step_overhead_s * ENGINE_OVERHEAD_FACTOR["sglang"]
     assert c.stream_token_s == CONSTANTS.stream_token_s * min(SERVER_FRONTEND_FACTOR["sglang"], 1.0)

@@ -19,6 +19,7 @@ def step(
     kv_dtype: KvDtypeOpt = "auto",
     quantization: Annotated[Optional[str], typer.Option(help="vLLM's online quantization of a bf16 checkpoint: fp8.")] = None,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs.")] = False,
+    engine: Annotated[str, typer.Option(help="vllm, or sglang: SGLang's host overheads and API server, and its pool for the batch check (kvplan size --engine sglang).")] = "vllm",
     timing_profile: TimingProfileOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -30,7 +31,7 @@ def step(
 
     report = step_of(model, gpu=gpu, tp=tp, batch=batch, context=context, chunk=chunk, kv_dtype=kv_dtype,
                      quantization=quantization, enforce_eager=enforce_eager,
-                     timing_profile=None if timing_profile is None else str(timing_profile))
+                     timing_profile=None if timing_profile is None else str(timing_profile), engine=engine)
     if json:
         from kvplan.report.output import emit_json
 

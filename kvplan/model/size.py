@@ -81,7 +81,7 @@ def size(
     if isinstance(max_num_batched_tokens, str):
         max_num_batched_tokens = parse_count(max_num_batched_tokens, field="--max-num-batched-tokens", high=2**31)
     if engine not in ENGINES:
-        raise UsageError(f"expected one of {', '.join(ENGINES)}, got {engine!r}", field="--engine")
+        raise UsageError(f"expected one of {', '.join(ENGINES + ('sglang',))}, got {engine!r}", field="--engine")
     for flag, value in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
         if value is not None and not 1 <= value <= 2**31:
             raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=flag)

@@ -284,7 +284,7 @@ def _timing(spec: WorkloadSpec, model: ModelFacts | None) -> TimingConfig:
             step_overhead_s=given["step_overhead_ms"] / 1000 if "step_overhead_ms" in given
             else c.step_overhead_s))
     if step is not None and spec.engine == "sglang":
-        step = step.with_constants(engine_constants(step.constants, "sglang", "sglang"))
+        step = step.with_constants(engine_constants(step.constants, "sglang"))
     values["step"] = step
     layout, gpu = (model.layout, model.gpu) if model is not None else (None, None)
     if layout is not None:

@@ -145,6 +145,7 @@ def workload_schema() -> dict:
             {"enum": list(ROUTER_NAMES)},
             _closed({"policy": {"enum": list(ROUTER_NAMES)},
                      "sync_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+                     "gateway_s": {"type": "number", "minimum": 0, "maximum": 60},
                      "overlap_weight": WEIGHT, "index": {"enum": list(LLM_D_INDEXES)},
                      "prefix_weight": WEIGHT, "kv_cache_weight": WEIGHT, "queue_weight": WEIGHT,
                      "prefix_score": {"enum": list(PREFIX_SCORES)},

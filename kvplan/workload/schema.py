@@ -438,7 +438,7 @@ def _fleet(doc: YamlMap, base: Path) -> FleetSpec:
 
 
 def _router(node: YamlNode) -> RouterSpec:
-    """`router: NAME`, or `{policy, sync_interval_s, ...}` with the policy's own keys
+    """`router: NAME`, or `{policy, sync_interval_s, gateway_s, ...}` with the policy's own keys
     (kvplan/workload/routing.py); a key of another policy is refused naming the one it belongs to."""
     from kvplan.workload.yaml_nodes import YamlScalar
 
@@ -453,6 +453,8 @@ def _router(node: YamlNode) -> RouterSpec:
     values = dict(policy=policy)
     if "sync_interval_s" in node:
         values["sync_interval_s"] = node.get_float("sync_interval_s", gt=0, le=3600)
+    if "gateway_s" in node:
+        values["gateway_s"] = node.get_float("gateway_s", ge=0, le=60)
     for owner, keys in POLICY_KEYS.items():
         for key in keys:
             if key not in node:
