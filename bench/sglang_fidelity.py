@@ -1,8 +1,8 @@
 """SGLang's measured runs (tests/data/step_time_measurements.yaml, engine: sglang) simulated with
 vLLM's scheduler (what bench/timing_fidelity.py does) and with SGLang's (kvplan/sim/sglang.py):
 median |error| of throughput, E2E, TTFT and ITL per regime and per source, at the shipped
-constants (nothing refitted). A run the SGLang engine cannot take (a model with sliding-window
-or state layers) counts as missing in its column; the counts say how many ran.
+constants (nothing refitted), on the runs both can take (the SGLang engine refuses models with
+sliding-window or state layers; those are listed).
 
 Run: python bench/sglang_fidelity.py [--workers N]
 """
@@ -30,6 +30,9 @@ def main() -> None:
     values = T.shipped_values()
     columns = {"vLLM's scheduler": errors(run_cases(cases, values, args.workers)),
                "SGLang's scheduler": errors(run_cases(cases, {**values, "_sglang_scheduler": True}, args.workers))}
+    both = [bool(a) and bool(b) for a, b in zip(*columns.values())]  # compared on the runs both engines ran
+    skipped = [c.id for c, ok in zip(cases, both) if not ok]
+    columns = {name: [e if ok else {} for e, ok in zip(errs, both)] for name, errs in columns.items()}
     for c, a, b in zip(cases, *columns.values()):
         cells = "  ".join(f"{k} {a.get(k, float('nan')):+.0%} -> {b.get(k, float('nan')):+.0%}" for k in a)
         print(f"{c.id[:46]:46} {c.regime[:15]:15} {cells}")
@@ -39,8 +42,8 @@ def main() -> None:
     for line in (T.table("\nmedian |error| overall", columns, picks) + T.table("\nper regime", columns, by_regime)
                  + T.table("\nper source", columns, by_source)):
         print(line)
-    ran = {name: sum(bool(e) for e in errs) for name, errs in columns.items()}
-    print(f"\n{len(cases)} SGLang runs of {len(entries)} measurements; ran: {ran}")
+    print(f"\n{len(cases)} SGLang runs of {len(entries)} measurements, {sum(both)} compared; left out (the SGLang "
+          f"engine does not take models with windowed or state layers): {', '.join(skipped) or 'none'}")
 
 
 if __name__ == "__main__":
