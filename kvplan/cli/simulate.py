@@ -89,6 +89,8 @@ def simulate(
         if value is not None and wl.experiment not in allowed:
             raise UsageError(f"applies to {' and '.join(allowed)} experiments, and {workload} is a "
                              f"{wl.experiment} experiment", field=option)
+    if block_sizes is not None and wl.sglang is not None:
+        raise UsageError("sweeps vLLM's block sizes; SGLang's pool has pages of one token", field="--block-sizes")
     if wl.experiment == "serve":
         from kvplan.cli.serve import simulate_serve
 

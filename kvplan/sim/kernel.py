@@ -42,6 +42,9 @@ pool), and no arrival could be admitted. Its time, integrals, blocks and timelin
 summed in closed form, in integers, so they equal the step-by-step sums exactly. With prefix
 caching, a block shared by several running requests counts once (SHARED); with vLLM's hybrid
 layer groups (cfg[HYBRID]) the run takes no jumps and steps one at a time.
+
+SGLang's scheduler (`engine: sglang`, kvplan/sim/sglang.py) has its own functions at the end of
+this file (sg_*, driven by sg_run), on arrays of its own besides cfg, st, timeline and acc.
 """
 
 from __future__ import annotations
