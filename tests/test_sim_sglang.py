@@ -277,3 +277,20 @@ def test_sglang_runs_restate_the_step_constants_for_sglang():
     assert c.step_overhead_s == CONSTANTS.step_overhead_s * ENGINE_OVERHEAD_FACTOR["sglang"]
     assert c.stream_token_s == CONSTANTS.stream_token_s * min(SERVER_FRONTEND_FACTOR["sglang"], 1.0)
     assert c.gemm_efficiency == CONSTANTS.gemm_efficiency
+
+
+def test_a_flag_only_sglang_run_starts_as_sglang_would():
+    """Breaks if --engine sglang on a flag-only run keeps vLLM's pool or limits instead of SGLang's
+    own start-up (kvplan size --engine sglang: max_total_num_tokens, max_running_requests,
+    chunked_prefill_size)."""
+    from kvplan.cli.simulate import _sglang_flags
+    from kvplan.experiments import flag_workload
+    from kvplan.model.sglang_size import sglang_size
+
+    spec = flag_workload("meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", 1, 2.0, "1000", "200", 10)
+    m = sglang_size("meta-llama/Llama-3.1-8B-Instruct", gpu="H100-80GB").memory
+    sg = _sglang_flags(spec)
+    assert (sg.engine, sg.pool.slots) == ("sglang", m.max_total_num_tokens)
+    assert (sg.sglang.max_running_requests, sg.sglang.chunked_prefill_size) == (m.max_running_requests,
+                                                                               m.chunked_prefill_size)
+    assert spec.pool.kv_memory is not None and spec.engine == "vllm"  # vLLM's, for comparison

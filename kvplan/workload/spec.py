@@ -579,6 +579,10 @@ class WorkloadSpec:
             raise _fail("engine", f"sglang runs serve experiments only, and this is experiment: {self.experiment}")
         if self.offload is not None:
             raise _fail("offload", "a CPU tier is vLLM's offloading connector; engine: sglang runs without one")
+        if self.pool.gpu_memory_utilization is not None:
+            raise _fail("pool.gpu_memory_utilization", "sizes vLLM's start-up pool; for engine: sglang give the pool "
+                                                       "SGLang starts with as pool.slots (kvplan size MODEL --gpu GPU "
+                                                       "--engine sglang prints max_total_num_tokens)")
         if self.scheduler.preemption != "recompute":
             raise _fail("scheduler.preemption", "SGLang retracts requests (their KV is dropped and recomputed): "
                                                 "engine: sglang takes preemption: recompute")
