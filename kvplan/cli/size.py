@@ -34,6 +34,9 @@ def size(
     chunked_prefill_size: Annotated[Optional[int], typer.Option(help="SGLang's --chunked-prefill-size, with --engine sglang (default: SGLang's for the GPU).")] = None,
     max_running_requests: Annotated[Optional[int], typer.Option(help="SGLang's --max-running-requests, with --engine sglang (default: from the pool).")] = None,
     sglang_version: Annotated[Optional[str], typer.Option(help="The SGLang release whose rules apply, with --engine sglang: before 0.4.7 the fraction by TP, 0.4.7-0.5.2 a reserve by GPU memory, 0.5.3 on (the default) a reserve from the chunked prefill and CUDA graph sizes.")] = None,
+    dp: Annotated[int, typer.Option("--dp", "--data-parallel-size", help="vLLM's --data-parallel-size: copies of attention and dense layers, each rank its own scheduler and KV pool; an MoE's experts split over tp x dp.")] = 1,
+    pp: Annotated[int, typer.Option("--pp", "--pipeline-parallel-size", help="vLLM's --pipeline-parallel-size: stages of consecutive layers, each holding its own layers' KV.")] = 1,
+    enable_expert_parallel: Annotated[bool, typer.Option("--enable-expert-parallel", help="vLLM's --enable-expert-parallel: whole experts split over EP = tp x dp ranks instead of every expert tensor-split.")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Bytes of KV per token and per request, and what fits on a GPU.
@@ -50,6 +53,11 @@ def size(
                  enable_prefix_caching=enable_prefix_caching, flashinfer=flashinfer,
                  allow_long_max_model_len=allow_long_max_model_len, mxfp4_backend=mxfp4_backend, **sglang_options)
     refuse_other_engine(engine, given, vllm_version_given=vllm_version is not None)
+    if engine == "sglang" and (dp != 1 or pp != 1 or enable_expert_parallel):
+        from kvplan.errors import UsageError
+
+        flag = "--dp" if dp != 1 else "--pp" if pp != 1 else "--enable-expert-parallel"
+        raise UsageError("is vLLM's parallelism (kvplan/model/parallel.py); SGLang's is not modelled yet", field=flag)
     if engine == "sglang":
         _size_sglang(model, gpu, tp, tokens, kv_dtype, quantization, batch, sglang_options, json)
         return
@@ -60,6 +68,8 @@ def size(
                    enforce_eager=enforce_eager, vllm_version=vllm_version, enable_prefix_caching=enable_prefix_caching,
                    flashinfer=flashinfer, allow_long_max_model_len=allow_long_max_model_len,
                    mxfp4_backend=mxfp4_backend)
+    if dp != 1 or pp != 1 or enable_expert_parallel:  # only then: outputs without them stay as they were
+        options.update(dp=dp, pp=pp, enable_expert_parallel=enable_expert_parallel)
     gpus = parse_list(gpu, "--gpu") if gpu is not None else [None]
     tps = [int(t) for t in parse_list(tp, "--tp", integers=True)]
     if len(gpus) * len(tps) > 1:
@@ -72,6 +82,12 @@ def size(
             from kvplan.report.size_view import render_grid
 
             render_grid(model, rows)
+            if "dp" in options:
+                from kvplan.report.output import console
+
+                console().print("with --dp/--pp/--enable-expert-parallel each row is a GPU of the pipeline stage that "
+                                "sets the pool, its concurrency that of one DP rank (one GPU and TP degree alone: "
+                                "the stages and totals)")
         return
     run = size_of(model, tp=tps[0], gpu=gpus[0], **options)
     if json:
@@ -82,6 +98,10 @@ def size(
         from kvplan.report.size_view import render_size
 
         render_size(run.report, run.layout, list(run.notes), run.concurrency_at, run.would_fit)
+        if run.parallel is not None:
+            from kvplan.report.parallel_view import render_parallel
+
+            render_parallel(run.parallel)
 
 
 def _size_sglang(model: str, gpu: str | None, tp: str, tokens: str | None, kv_dtype: str, quantization: str | None,
