@@ -355,12 +355,22 @@ def build_case(entry: dict, values: dict | None = None):
         starts = np.concatenate([[0], np.cumsum(prompt // HASH_BLOCK)])
         hash_ids = [tuple(range(int(a), int(b))) for a, b in zip(starts[:-1], starts[1:])]
 
+    # "_sglang_scheduler": SGLang's runs scheduled as SGLang does (kvplan/sim/sglang.py; bench/
+    # sglang_fidelity.py compares), its running cap the same max_num_seqs; off: vLLM's scheduler
+    sglang = None
+    if (values or {}).get("_sglang_scheduler") and runtime(entry) == "sglang":
+        from kvplan.workload.records import SglangConfig
+
+        sglang = SglangConfig(max_running_requests=int(seqs))  # SGLang's own chunk and prefill budgets
+
     def workload(times, max_num_seqs=None):
         s = sched if max_num_seqs is None else replace(sched, max_num_seqs=min(max_num_seqs, sched.max_num_seqs))
+        g = sglang if sglang is None or max_num_seqs is None else replace(
+            sglang, max_running_requests=min(max_num_seqs, sglang.max_running_requests))
         return Workload(entry["id"], str(CORPUS), 0, "serve", n, PoolSpec(int(slots), layout.bytes_per_token),
                         (alloc,), s, timing,
                         lambda: iter([RequestChunk(times, prompt, output, hash_ids, HASH_BLOCK if caching else 0)]),
-                        layout=layout)  # the layout: vLLM's hybrid KV cache manager for windowed models
+                        layout=layout, sglang=g)  # the layout: vLLM's hybrid KV cache manager for windowed models
 
     return workload, arrival, alloc, int(concurrency or 0)
 

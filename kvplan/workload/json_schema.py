@@ -161,8 +161,18 @@ def workload_schema() -> dict:
                            ("kv_offloading_size", "gb_per_s"),
                            "experiments serve and fleet: vLLM's CPU KV offload tier per replica (--kv-offloading-size) "
                            "and each GPU's host-to-device bandwidth"),
+        "engine": {"enum": list(S.ENGINES), "description": "experiment serve: whose scheduler runs the requests "
+                                                          "(kvplan/sim/sglang.py for sglang)"},
+        "sglang": _closed({"schedule_policy": {"enum": list(S.SCHEDULE_POLICIES)},
+                           "schedule_conservativeness": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
+                           "chunked_prefill_size": {"type": "integer", "minimum": -1, "not": {"const": 0}},
+                           "max_prefill_tokens": COUNT,
+                           "max_running_requests": {"type": "integer", "minimum": 1, "maximum": 2**20},
+                           "disable_radix_cache": {"type": "boolean"}}, (),
+                          "engine: sglang: SGLang's scheduler flags (server_args.py names)"),
     }
     assert set(top) == set(S.TOP_KEYS)
+    assert set(top["sglang"]["properties"]) == set(S.SGLANG_KEYS)
     assert set(top["router"]["anyOf"][1]["properties"]) == set(ROUTER_KEYS)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "https://kvplan.dev/schema/workload.json", "title": "kvplan workload file",
