@@ -257,7 +257,7 @@ def build_case(entry: dict, values: dict | None = None):
     from kvplan.model.fit import size_model
     from kvplan.model.gpus import get_gpu
     from kvplan.model.step_time import (CONSTANTS, ENGINE_OVERHEAD_FACTOR, SERVER_FRONTEND_FACTOR, StepConstants,
-                                        step_model)
+                                        scale_overheads, step_model)
     from kvplan.model.vllm_memory import EngineOptions
     from kvplan.model.weights import engine_shape, estimate_weights
     from kvplan.workload.records import PoolSpec, SchedulerConfig, TimingConfig, Workload
@@ -295,12 +295,12 @@ def build_case(entry: dict, values: dict | None = None):
     c = replace(CONSTANTS, **{k: v for k, v in values.items() if k in names})
     factor = values.get("engine:" + runtime(entry), ENGINE_OVERHEAD_FACTOR.get(runtime(entry), 1.0))
     front = values.get("server:" + str(entry.get("server")), SERVER_FRONTEND_FACTOR.get(str(entry.get("server")), 1.0))
-    # a server slower to answer one request (SGLang hands each on between three processes) is not
-    # slower to take requests in or to stream tokens; a faster one (Triton's C++) is faster at all
-    stream = min(front, 1.0) if not values.get("_old") else front
-    c = replace(c, step_overhead_s=c.step_overhead_s * factor, request_overhead_s=c.request_overhead_s * factor,
-                frontend_latency_s=c.frontend_latency_s * front, frontend_request_s=c.frontend_request_s * stream,
-                stream_token_s=c.stream_token_s * stream)
+    if values.get("_old"):  # the structure before: intake and streaming scaled by the server's factor either way
+        c = replace(c, step_overhead_s=c.step_overhead_s * factor, request_overhead_s=c.request_overhead_s * factor,
+                    frontend_latency_s=c.frontend_latency_s * front, frontend_request_s=c.frontend_request_s * front,
+                    stream_token_s=c.stream_token_s * front)
+    else:
+        c = scale_overheads(c, factor, front)
     overlap = async_scheduling(entry) and not values.get("_old")
     step = step_model(spec, layout, weights, gpu, tp, constants=c, async_scheduling=overlap)
     if values.get("_roofline"):
@@ -355,12 +355,22 @@ def build_case(entry: dict, values: dict | None = None):
         starts = np.concatenate([[0], np.cumsum(prompt // HASH_BLOCK)])
         hash_ids = [tuple(range(int(a), int(b))) for a, b in zip(starts[:-1], starts[1:])]
 
+    # "_sglang_scheduler": SGLang's runs scheduled as SGLang does (kvplan/sim/sglang.py; bench/
+    # sglang_fidelity.py compares), its running cap the same max_num_seqs; off: vLLM's scheduler
+    sglang = None
+    if (values or {}).get("_sglang_scheduler") and runtime(entry) == "sglang":
+        from kvplan.workload.records import SglangConfig
+
+        sglang = SglangConfig(max_running_requests=int(seqs))  # SGLang's own chunk and prefill budgets
+
     def workload(times, max_num_seqs=None):
         s = sched if max_num_seqs is None else replace(sched, max_num_seqs=min(max_num_seqs, sched.max_num_seqs))
+        g = sglang if sglang is None or max_num_seqs is None else replace(
+            sglang, max_running_requests=min(max_num_seqs, sglang.max_running_requests))
         return Workload(entry["id"], str(CORPUS), 0, "serve", n, PoolSpec(int(slots), layout.bytes_per_token),
                         (alloc,), s, timing,
                         lambda: iter([RequestChunk(times, prompt, output, hash_ids, HASH_BLOCK if caching else 0)]),
-                        layout=layout)  # the layout: vLLM's hybrid KV cache manager for windowed models
+                        layout=layout, sglang=g)  # the layout: vLLM's hybrid KV cache manager for windowed models
 
     return workload, arrival, alloc, int(concurrency or 0)
 
@@ -582,8 +592,10 @@ def main() -> None:
     by_regime = {r: [c.regime == r for c in all_cases] for r in REGIMES}
     groups = sorted({c.group for c in all_cases})
     by_source = {g: [c.group == g for c in all_cases] for g in groups}
+    engines = sorted({runtime(c.arg) for c in all_cases})
+    by_engine = {e: [runtime(c.arg) == e and c.fitted for c in all_cases] for e in engines}
     for line in table("\nmedian |error| overall", columns, overall) + table("\nper regime", columns, by_regime) \
-            + table("\nper source", columns, by_source):
+            + table("\nper engine (bursts left out)", columns, by_engine) + table("\nper source", columns, by_source):
         print(line)
     print(f"\n{len(all_cases)} runs of {len(entries)} restated, {len(groups)} sources; bursts are reported, never "
           "fitted. Leave-one-source-out: each source's runs simulated with constants fitted on the other sources "

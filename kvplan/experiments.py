@@ -18,9 +18,9 @@ from kvplan.workload.spec import WorkloadSpec
 from kvplan.workload.schema import load_workload
 
 
-def load(path: str | Path, seed: int | None = None) -> Workload:
-    """A workload file, read and checked (`seed`: instead of the file's own)."""
-    return load_workload(path, resolve_model=model_facts, seed=seed)
+def load(path: str | Path, seed: int | None = None, engine: str | None = None) -> Workload:
+    """A workload file, read and checked (`seed`, `engine`: instead of the file's own)."""
+    return load_workload(path, resolve_model=model_facts, seed=seed, engine=engine)
 
 
 def with_block_sizes(workload: Workload, block_sizes: Sequence[int] | None) -> Workload:

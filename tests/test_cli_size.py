@@ -116,10 +116,12 @@ def test_debug_env_shows_traceback():
     assert "Traceback" in loud.stderr
 
 
-def test_size_cold_path_imports_nothing_heavy():
+@pytest.mark.parametrize("engine", [[], ["--engine", "sglang"]])
+def test_size_cold_path_imports_nothing_heavy(engine):
     """`kvplan size` on a catalog model imports no torch, matplotlib, numpy or huggingface_hub."""
+    args = ["size", "meta-llama/Meta-Llama-3-8B", "--gpu", "H100-80GB", "--json", *engine]
     code = ("import sys\nfrom kvplan.cli import main\n"
-            "try:\n    main(['size', 'meta-llama/Meta-Llama-3-8B', '--gpu', 'H100-80GB', '--json'])\n"
+            f"try:\n    main({args!r})\n"
             "except SystemExit:\n    pass\n"
             "heavy = [m for m in ('torch', 'matplotlib', 'numpy', 'huggingface_hub') if m in sys.modules]\n"
             "print('HEAVY', heavy)")

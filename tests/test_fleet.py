@@ -133,6 +133,8 @@ def test_prefix_aware_beats_round_robin_on_the_shared_traces(tmp_path, trace):
     ("  - {count: 1, colour: red}\n", "round_robin", "colour"),
     ("  - {count: 1}\n", "fastest", "router"),
     ("  - {count: 1}\n", "{policy: round_robin, sync_interval_s: -1}", "sync_interval_s"),
+    ("  - {count: 1}\n", "{policy: llm_d, gateway_s: -0.01}", "gateway_s"),
+    ("  - {count: 1}\n", "{policy: random, gateway_s: fast}", "gateway_s"),
     ("  - {count: 1, gpu: NoSuchGPU}\n", "round_robin", "NoSuchGPU"),
 ])
 def test_a_bad_fleet_file_is_one_line_naming_it(tmp_path, run_cli, replicas, router, needle):

@@ -150,3 +150,74 @@ def test_a_router_key_of_another_policy_is_one_line(tmp_path, run_cli):
                     "router: {policy: sglang, index: precise}\n")
     code, out, err = run_cli("simulate", str(path))
     assert code == 2 and "router.index" in err and "llm_d" in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---- the gateway in front of a router ---------------------------------------------------------------
+
+GATED = dict(count=300, prompt="{dist: fixed, value: 1000}", output="{dist: fixed, value: 20}", rate=4, replicas=2)
+
+
+def test_a_gateway_adds_its_latency_to_every_request_and_nothing_else(tmp_path):
+    """A gateway of 40 ms in front of round robin: the request crosses it before any replica sees
+    it, a constant shift of every arrival, so each request's TTFT and E2E gain exactly 40 ms (by
+    hand: its percentiles too), its TPOT and the replicas' own runs are unchanged."""
+    import numpy as np
+
+    extra = "slo: {ttft_s: 10}\n"
+    plain = simulate_fleet(_fleet(tmp_path, "round_robin", name="p.yaml", extra=extra, **GATED), record=True)
+    gated = simulate_fleet(_fleet(tmp_path, "{policy: round_robin, gateway_s: 0.04}", name="g.yaml", extra=extra,
+                                  **GATED), record=True)
+    for key in ("ttft_s", "e2e_s"):
+        assert np.allclose(gated.requests[key] - plain.requests[key], 0.04, atol=1e-6), key
+    assert np.array_equal(gated.requests["tpot_s"], plain.requests["tpot_s"], equal_nan=True)
+    assert abs(gated.ttft.p90 - plain.ttft.p90 - 0.04) < 1e-6 and abs(gated.e2e.p50 - plain.e2e.p50 - 0.04) < 1e-6
+    assert [r.to_dict() for r in gated.replicas] == [r.to_dict() for r in plain.replicas]
+    assert gated.to_dict()["router"]["gateway_s"] == 0.04 and plain.to_dict()["router"]["gateway_s"] == 0.0
+
+
+def test_goodput_counts_the_gateway(tmp_path):
+    """With a TTFT limit between a request's TTFT and its TTFT + the gateway's latency, the fleet's
+    goodput counts the request out: the limit set 10 ms above the slowest TTFT without a gateway
+    keeps every request in; behind a 50 ms gateway, only those 40 ms or more under it stay."""
+    import numpy as np
+
+    plain = simulate_fleet(_fleet(tmp_path, "round_robin", name="p.yaml", **GATED), record=True)
+    ttft = plain.requests["ttft_s"]
+    limit = float(ttft.max()) + 0.01
+    extra = f"slo: {{ttft_s: {limit}}}\n"
+    free = simulate_fleet(_fleet(tmp_path, "round_robin", name="f.yaml", extra=extra, **GATED))
+    gated = simulate_fleet(_fleet(tmp_path, "{policy: round_robin, gateway_s: 0.05}", name="g.yaml", extra=extra,
+                                  **GATED))
+    assert free.goodput["requests"] == len(ttft)
+    assert gated.goodput["requests"] == int(np.sum(ttft + 0.05 <= limit)) < len(ttft)
+
+
+def test_llm_d_runs_behind_its_gateway_by_default():
+    """llm-d's scheduler is an endpoint picker behind Envoy: 8.19 + 6.13 + 10.94 ms of the EPP's own
+    timings (llm-d/llm-d-router#1109) = 25.3 ms, 25 ms; the other policies have none unless set."""
+    from kvplan.workload.routing import RouterSpec
+
+    assert RouterSpec("llm_d").gateway_latency_s == 0.025
+    assert RouterSpec("random").gateway_latency_s == 0.0
+    assert RouterSpec("random", gateway_s=0.1).gateway_latency_s == 0.1
+    assert RouterSpec("llm_d", gateway_s=0).gateway_latency_s == 0.0
+
+
+def test_llm_d_approximate_index_matches_256_blocks_of_the_pods_block_size():
+    """llm-d's approximate prefix plugin hashes at most 256 blocks of 4 x the pod's reported block
+    size in characters (~ the block size in tokens). A prompt of 100 blocks of 64 tokens sent to
+    replica 1, then one sharing its first 80 blocks: pods of 64-token blocks match up to 256 x 64 =
+    16,384 tokens, so all 100 blocks are looked at and replica 1 scores 80 / 100 = 0.8; pods of
+    vLLM's 16-token blocks stop at 4,096 tokens = 64 blocks of the stream, all shared: 64 / 64 = 1."""
+    from kvplan.fleet.routers import make_router
+    from kvplan.workload.routing import RouterSpec
+
+    first, second = list(range(100)), list(range(80)) + list(range(200, 220))
+    for block, want in ((64, 0.8), (16, 1.0)):
+        reps = [_replica(block=block, used=900, waiting=3), _replica(block=block, used=0, waiting=0)]
+        router = make_router(RouterSpec("llm_d"), reps, 0)
+        router.sync()
+        assert router.assign(_chunk(first, 6400, size=64)).tolist() == [1]  # the idle one
+        scores, _ = router._prefix(second, 6400, 64)
+        assert scores == [0.0, want], block
+    assert make_router(RouterSpec("llm_d", max_prefix_tokens=640), reps, 0).max_prefix == 640

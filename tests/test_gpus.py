@@ -172,6 +172,7 @@ def test_gpu_is_frozen():
     assert [f.name for f in dataclasses.fields(GPU)] == [
         "name", "memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "vendor", "sources", "cuda_memory_bytes",
         "peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops", "compute_capability", "gfx_target",
+        "network_bytes_per_s",
     ]
 
 
@@ -186,7 +187,10 @@ def test_values_positive_and_plausible():
         assert {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes"} \
             <= set(gpu.sources) <= {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes",
                                     "link_bytes_per_s", "peak_fp8_flops", "mamf_bf16_flops",
-                                    "mamf_fp8_flops", "compute_capability", "gfx_target"}, gpu.name
+                                    "mamf_fp8_flops", "compute_capability", "gfx_target",
+                                    "network_bytes_per_s"}, gpu.name
+        # a scale-out NIC per GPU: HDR InfiniBand (25 GB/s) to 800 Gb/s XDR (100 GB/s), below the NVLink
+        assert gpu.network_bytes_per_s == 0 or 12.5e9 <= gpu.network_bytes_per_s <= min(100e9, gpu.link_bytes_per_s)
         assert gpu.link_bytes_per_s == 0 or 10e9 <= gpu.link_bytes_per_s <= 2e12, gpu.name
         assert gpu.link_bytes_per_s or gpu.name == "MI355X", gpu.name
         assert gpu.peak_fp8_flops == 0 or gpu.peak_bf16_flops < gpu.peak_fp8_flops <= 2.5 * gpu.peak_bf16_flops

@@ -206,6 +206,28 @@ def test_kvplan_step_json(run_cli):
     assert api["while_decode_streams"] == pytest.approx(c["frontend_latency_s"] / (1 - busy))
 
 
+def test_kvplan_step_for_sglang_restates_its_host_time_and_checks_its_pool(run_cli):
+    args = ("step", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--batch", "8", "--context", "4096", "--json")
+    vllm, sglang = (json.loads(run_cli(*args, *extra)[1]) for extra in ((), ("--engine", "sglang")))
+    v, s = vllm["constants"], sglang["constants"]
+    assert sglang["engine"] == "sglang" and vllm["engine"] == "vllm"
+    # SGLang's answer passes tokenizer, scheduler and detokenizer processes (SERVER_FRONTEND_FACTOR 2.3),
+    # its intake and streaming are no slower (the factor counts only below 1), its core's host time as vLLM's
+    assert s["frontend_latency_s"] == pytest.approx(2.3 * v["frontend_latency_s"])
+    assert s["stream_token_s"] == v["stream_token_s"] and s["step_overhead_s"] == v["step_overhead_s"]
+    assert sglang["decode_s"] == vllm["decode_s"]
+    # the batch is checked against the pool `kvplan size --engine sglang` prints for that GPU
+    size = json.loads(run_cli("size", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--engine", "sglang",
+                              "--json")[1])
+    m = sglang["memory"]
+    assert (m["max_total_num_tokens"], m["max_running_requests"]) == (size["max_total_num_tokens"],
+                                                                      size["max_running_requests"])
+    assert m["max_concurrency"] == min(size["max_total_num_tokens"] // 4096, size["max_running_requests"])
+    assert m["fits"] == (m["max_concurrency"] >= 8)
+    code, _, err = run_cli("step", "meta-llama/Llama-3.1-8B-Instruct", "--engine", "trtllm")
+    assert code == 2 and "--engine" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("args", [["--batch", "0"], ["--gpu", "nope"], ["--tp", "3"], ["--context", "-5"]])
 def test_kvplan_step_refuses_bad_options_in_one_line(args, run_cli):
     code, _, err = run_cli("step", "meta-llama/Llama-3.1-8B-Instruct", *args)

@@ -46,9 +46,10 @@ def _run(wl: Workload, record: bool, rates, latency_bound: float, show_progress:
 
 
 def _sweep(wl: Workload, rates: list[float], latency_bound: float, bar: "_Progress", first: int) -> list[dict]:
+    from kvplan.sim.inputs import make_setup
     from kvplan.sim.sweep import rate_sweep
 
-    return [{"label": spec.label,
+    return [{"label": make_setup(wl, spec).label if wl.sglang is not None else spec.label,
              **rate_sweep(wl, spec, rates, latency_bound,
                           progress_for=lambda i, a=a: bar.callback(first + a * len(rates) + i)).to_dict()}
             for a, spec in enumerate(wl.allocators)]

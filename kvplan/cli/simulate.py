@@ -33,6 +33,7 @@ def simulate(
     count: Annotated[Optional[int], typer.Option(help="Without a workload file: requests (default 1000).")] = None,
     show_workload: Annotated[bool, typer.Option("--show-workload", help="Print the workload YAML a flag-only run uses (to stderr with --json).")] = False,
     timing_profile: TimingProfileOpt = None,
+    engine: Annotated[Optional[str], typer.Option(help="Serve experiments: whose scheduler runs the requests, vllm or sglang (SGLang's: RadixAttention, lpm, retraction); instead of the workload's engine:. Without a workload file, sglang also takes SGLang's own start-up pool and limits.")] = None,
 ) -> None:
     """Replay a workload through contiguous and paged allocators and compare them.
 
@@ -43,6 +44,8 @@ def simulate(
     from kvplan.fileio import note_input
 
     options = _simulate_options(block_sizes, plot, csv, rates, latency_bound, cache_blocks)
+    if engine is not None and engine not in ("vllm", "sglang"):
+        raise UsageError(f"expected vllm or sglang, got {engine!r}", field="--engine")
     flags = {"--model": model, "--gpu": gpu, "--tp": tp, "--rate": rate, "--prompt": prompt, "--output": output,
              "--count": count, "--timing-profile": timing_profile}
     if workload is not None:
@@ -54,7 +57,7 @@ def simulate(
             raise UsageError("shows the workload of a flag-only run (with --model)", field="--show-workload")
         path = _workload_path(workload)
         note_input(path)
-        wl = load(path)
+        wl = load(path, engine=engine)
     elif model is None:
         raise UsageError("give a workload file, a bundled example's name (kvplan examples), or --model with "
                          "the flags of a serve run", field="workload")
@@ -64,6 +67,8 @@ def simulate(
         spec = flag_workload(model, "H100-80GB" if gpu is None else gpu, 1 if tp is None else tp, rate,
                              prompt or "1000", output or "200", 1000 if count is None else count,
                              timing_profile=_profile_path(timing_profile))
+        if engine == "sglang":
+            spec = _sglang_flags(spec)
         if show_workload:
             import json as json_module
             import sys
@@ -82,6 +87,8 @@ def simulate(
         if value is not None and wl.experiment not in allowed:
             raise UsageError(f"applies to {' and '.join(allowed)} experiments, and {workload} is a "
                              f"{wl.experiment} experiment", field=option)
+    if block_sizes is not None and wl.sglang is not None:
+        raise UsageError("sweeps vLLM's block sizes; SGLang's pool has pages of one token", field="--block-sizes")
     if wl.experiment == "serve":
         from kvplan.cli.serve import simulate_serve
 
@@ -93,6 +100,25 @@ def simulate(
         simulate_fleet_run(wl, json=json, plot=plot, csv=csv)
     else:
         _simulate_document(wl, json, plot, options)
+
+
+def _sglang_flags(spec):
+    """A flag-only run served by SGLang: its own start-up (kvplan size --engine sglang,
+    kvplan/model/sglang_memory.py) gives the pool (max_total_num_tokens), max_running_requests and
+    chunked_prefill_size, in place of vLLM's."""
+    from dataclasses import replace
+
+    from kvplan.experiments import flag_spec
+    from kvplan.model.sglang_size import sglang_size
+    from kvplan.workload.schema import with_engine
+    from kvplan.workload.spec import PoolRequest, SglangSpec
+
+    m = flag_spec(lambda: sglang_size(spec.model, gpu=spec.gpu, tp=spec.tp, kv_dtype=spec.kv_dtype)).memory
+    if not m.starts:
+        raise UsageError(f"SGLang would not start: {m.reason}", field="--model")
+    spec = with_engine(replace(spec, pool=PoolRequest(slots=m.max_total_num_tokens)), "sglang")
+    return replace(spec, sglang=SglangSpec(chunked_prefill_size=m.chunked_prefill_size,
+                                           max_running_requests=m.max_running_requests))
 
 
 def _workload_path(text: str) -> Path:

@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 
 from kvplan.errors import WorkloadError
-from kvplan.workload.routing import ROUTER_NAMES, RouterSpec
+from kvplan.workload.routing import MAX_PREFIX_BLOCKS, ROUTER_NAMES, RouterSpec
 
 class Router:
     looks = False  # True: it reads the replicas' state, refreshed every sync interval
@@ -244,7 +244,8 @@ class LlmD(Router):
     - queue-scorer: (max waiting - waiting) / (max waiting - min waiting) over the replicas, 1 when
       all wait alike (vllm:num_requests_waiting);
     - kv-cache-utilization-scorer: 1 - the share of KV blocks in use (vllm:kv_cache_usage_perc);
-    - prefix-cache-scorer, `index: approximate`: of the prompt's first max_prefix_tokens, the
+    - prefix-cache-scorer, `index: approximate`: of the prompt's first max_prefix_tokens (256
+      blocks of the first replica's block size unless set), the
       blocks this replica holds by the scheduler's own LRU of what it sent (its matchLongestPrefix:
       blocks counted while any replica holds one) / the blocks looked at; `index: precise`: the
       leading blocks the replica's cache holds now (vLLM's KV events), / the prompt's blocks
@@ -256,6 +257,9 @@ class LlmD(Router):
     def __init__(self, spec, replicas, seed):
         super().__init__(spec, replicas, seed)
         self.index = SentIndex(self.n) if spec.index == "approximate" else None
+        # the prompt tokens the approximate index matches at most: the file's, or 256 blocks of the
+        # block size the first pod reports (the plugin's getBlockSize reads pods[0]'s metrics)
+        self.max_prefix = spec.max_prefix_tokens or MAX_PREFIX_BLOCKS * replicas[0].setup.block_size
 
     def sync(self) -> None:
         self.queue = _min_max([r.waiting for r in self.replicas], lower_is_better=True)
@@ -268,7 +272,7 @@ class LlmD(Router):
         if ids is None or size <= 0 or prompt < size:
             return [0.0] * n, []
         if self.index is not None:
-            blocks = min(prompt // size, max(spec.max_prefix_tokens // size, 1))
+            blocks = min(prompt // size, max(self.max_prefix // size, 1))
             keys = self.index.keys(ids, blocks)
             if not keys:  # hash ids shorter than the prompt's blocks
                 return [0.0] * n, []

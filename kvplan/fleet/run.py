@@ -305,14 +305,16 @@ def run_fleet(groups: list[Group], spec: RouterSpec, chunks, seed: int = 0, *, t
                               slo, record)
     _serve(replicas, make_router(spec, replicas, seed), chunks, total, progress)
     result = _result(spec, groups, replicas, slo)
-    if slo is not None:
-        met = sum(r.goodput["requests"] for r in result.replicas)
+    per_unit = replicas[0].setup.clock.ticks_per_unit
+    gateway = _gateway(spec, per_unit)
+    if record or (slo is not None and gateway):
+        cols = _by_gid(replicas, sum(r.routed for r in replicas))
+        lat = client_latencies(cols["sent"], cols["first_token"], cols["finish"], cols["output"],
+                               cols["frontend"] + gateway, per_unit)
+    if slo is not None:  # each replica counts its own; behind a gateway, the fleet counts with it
+        met = (int(within(slo, **lat).sum()) if gateway else sum(r.goodput["requests"] for r in result.replicas))
         result = replace(result, goodput=goodput_of(slo, met, result.completed, result.makespan))
     if record:
-        cols = _by_gid(replicas, sum(r.routed for r in replicas))
-        per_unit = replicas[0].setup.clock.ticks_per_unit
-        lat = client_latencies(cols["sent"], cols["first_token"], cols["finish"], cols["output"], cols["frontend"],
-                               per_unit)
         result = replace(result, requests=_rows(cols, cols, lat, cols["sent"], cols["admitted"] - cols["sent"],
                                                 per_unit, slo))
     return result
@@ -452,7 +454,8 @@ def _disaggregated(groups, spec, chunks, seed, replicas, transfer: Transfer, tot
     d = {k: _undo(v, order) for k, v in d.items()}
     result = _result(spec, groups, replicas)
     sent = p["sent"]  # the decode replica's API server streams the answer (its frontend)
-    lat = client_latencies(sent, d["first_token"], d["finish"], d["output"], d["frontend"], per_unit)
+    lat = client_latencies(sent, d["first_token"], d["finish"], d["output"], d["frontend"] + _gateway(spec, per_unit),
+                           per_unit)
     span = (int(d["finish"].max()) - int(sent.min())) / per_unit if n else 0.0
     # the fleet's queueing: a request's wait for a prefill replica, then for a decode replica
     waited = p["admitted"] + (d["admitted"] - d["arrival"])
@@ -477,6 +480,13 @@ def _undo(values: np.ndarray, order: np.ndarray) -> np.ndarray:
     return out
 
 
+def _gateway(spec: RouterSpec, per_unit: int) -> int:
+    """Ticks the gateway in front of the router adds to every request's TTFT and E2E (the router's
+    gateway_s, kvplan/workload/routing.GATEWAY_DEFAULT_S): the request crosses it before any replica
+    sees it, a constant shift of every arrival, so it adds to the client's latencies alone."""
+    return int(round(spec.gateway_latency_s * per_unit))
+
+
 def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica], slo=None) -> FleetResult:
     """The fleet's result from its replicas' runs (each replica's goodput with `slo`)."""
     results, arrays, hits, queries, out = [], [], 0, 0, 0
@@ -489,7 +499,8 @@ def _result(spec: RouterSpec, groups: list[Group], replicas: list[Replica], slo=
             arrival[gids], admitted[gids] = raw.arrival, raw.admitted
         out += int(raw.output.sum())
         results.append(build_result(raw, r.setup, slo=slo))
-        arrays.append(latency_arrays(raw, r.setup.clock.ticks_per_unit, client_frontend(raw, r.setup.clock)))
+        arrays.append(latency_arrays(raw, r.setup.clock.ticks_per_unit,
+                                     client_frontend(raw, r.setup.clock) + _gateway(spec, r.setup.clock.ticks_per_unit)))
         if raw.prefix is not None:
             hits, queries = hits + raw.prefix.hit_tokens, queries + raw.prefix.query_tokens
     per_unit = replicas[0].setup.clock.ticks_per_unit

@@ -76,7 +76,7 @@ CATALOG_FILE = Path(__file__).with_name("gpus.json")
 FIGURES = ("memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes")
 # 0 when absent (no fp8 units; no figure; not measured)
 OPTIONAL = ("peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops", "compute_capability",
-            "gfx_target")
+            "gfx_target", "network_bytes_per_s")
 WHOLE = ("memory_bytes", "cuda_memory_bytes", "gfx_target")  # whole numbers (bytes; the gfx target)
 VENDORS = ("NVIDIA", "AMD")
 SHARES = ("bf16", "fp8")  # the keys of mamf_default_share
@@ -100,6 +100,8 @@ class GPU:
     mamf_fp8_flops: float = 0.0  # the same at fp8; 0: not measured (or no fp8 units)
     compute_capability: float = 0.0  # NVIDIA: the CUDA compute capability (8.0 A100, 9.0 H100); 0: not stated
     gfx_target: int = 0  # AMD: the LLVM gfx target (942 MI300X, 950 MI355X); 0: not stated
+    network_bytes_per_s: float = 0.0  # the scale-out network per GPU, each way (InfiniBand / RoCE NIC of
+    #   the platform's reference design); 0: not stated (kvplan/model/parallel_step.py takes its default)
 
     @property
     def memory_gib(self) -> float:

@@ -32,9 +32,12 @@ class SizeRun:
     notes: tuple[str, ...]
     concurrency_at: dict = field(default_factory=dict)  # tokens -> vLLM's concurrency, on a GPU
     would_fit: dict | None = None  # when it does not fit: the smallest TP, and GPU, that would
+    parallel: dict | None = None  # --dp / --pp / --enable-expert-parallel: stages and DP ranks (parallel_size.py)
 
     def to_dict(self) -> dict:
         out = {**self.report.to_dict(), "notes": list(self.notes)}
+        if self.parallel is not None:
+            out["parallel"] = self.parallel
         if self.concurrency_at:
             out["concurrency_at"] = {str(k): v for k, v in self.concurrency_at.items()}
         if self.would_fit is not None:
@@ -69,19 +72,24 @@ def size(
     allow_long_max_model_len: bool = False,
     mxfp4_backend: str = "auto",
     explore: bool = True,
+    dp: int = 1,
+    pp: int = 1,
+    enable_expert_parallel: bool = False,
 ) -> SizeRun:
     """Everything `kvplan size` prints, as data; bad options raise KvplanError naming the option.
 
     With a GPU and engine "vllm" the pool is what vLLM will log as "Available KV cache memory"
     (kvplan/model/vllm_memory.py) and `tokens` is vLLM's max_model_len; engine "none" keeps
-    the bare bound: the GPU's memory x utilization less the weights.
+    the bare bound: the GPU's memory x utilization less the weights. `dp`, `pp` and
+    `enable_expert_parallel` are vLLM's data, pipeline and expert parallelism (kvplan/model/parallel.py):
+    the report is then that of the pipeline stage that sets the pool, with a `parallel` section.
     """
     if isinstance(tokens, str):
         tokens = parse_count(tokens, field="--tokens")
     if isinstance(max_num_batched_tokens, str):
         max_num_batched_tokens = parse_count(max_num_batched_tokens, field="--max-num-batched-tokens", high=2**31)
     if engine not in ENGINES:
-        raise UsageError(f"expected one of {', '.join(ENGINES)}, got {engine!r}", field="--engine")
+        raise UsageError(f"expected one of {', '.join(ENGINES + ('sglang',))}, got {engine!r}", field="--engine")
     for flag, value in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs)):
         if value is not None and not 1 <= value <= 2**31:
             raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=flag)
@@ -103,7 +111,12 @@ def size(
         gpu_spec = get_gpu(gpu)
     kv_bytes = parse_size(kv_memory, field="--kv-memory", require_unit=isinstance(kv_memory, str)) \
         if kv_memory is not None else None
+    from kvplan.model.parallel import Parallelism, check as check_parallel, check_degrees
+
+    check_degrees(dp, pp)
+    par = Parallelism(tp, dp, pp, enable_expert_parallel)
     spec = load_spec(model)
+    check_parallel(spec, par)
     layout = build_layout(spec, kv_dtype, tp)
     notes = [spec.dtype_note] if spec.dtype_note else []
     weights = estimate_weights(spec, quantization)
@@ -123,8 +136,19 @@ def size(
     common = dict(block_size=block_size, weight_bytes=weights.bytes, weight_bytes_per_gpu=weights.bytes_per_gpu(tp, gpu_spec, mxfp4_backend),
                   params=weights.params, gpu=gpu_spec, gpu_memory_utilization=gpu_memory_utilization, engine=engine,
                   engine_options=options, engine_shape=engine_shape(spec))
-    report = size_model(layout, tokens=tokens if tokens is not None else spec.max_context, batch=batch,
-                        kv_memory=kv_bytes, **common)
+    parallel = None
+    if par.plain:
+        report = size_model(layout, tokens=tokens if tokens is not None else spec.max_context, batch=batch,
+                            kv_memory=kv_bytes, **common)
+    else:
+        from kvplan.model.parallel_size import parallel_fit, parallel_note
+
+        report, layout, parallel = parallel_fit(
+            spec, par, weights, gpu=gpu_spec, kv_dtype=kv_dtype,
+            tokens=tokens if tokens is not None else spec.max_context, batch=batch, block_size=block_size,
+            kv_memory=kv_bytes, engine=engine, options=options, gpu_memory_utilization=gpu_memory_utilization,
+            mxfp4_backend=mxfp4_backend)
+        notes.append(parallel_note(parallel))
     beyond = spec.max_context is not None and report.tokens > spec.max_context and not allow_long_max_model_len
     if spec.max_context is not None and report.tokens > spec.max_context:
         notes.append(f"{report.tokens:,} tokens is beyond the model's context of {spec.max_context:,}")
@@ -143,8 +167,8 @@ def size(
                      if flashinfer else
                      f"vLLM {vllm_version} without FlashInfer sorts the logits in its profile (--flashinfer: "
                      "installed, as in its Docker image)")
-    run = SizeRun(report, layout, tuple(notes))
-    if report.kv_pool_bytes is None or kv_bytes is not None or not explore:
+    run = SizeRun(report, layout, tuple(notes), parallel=parallel)
+    if report.kv_pool_bytes is None or kv_bytes is not None or not explore or parallel is not None:
         return run
     fit_args = dict(tokens=report.tokens, kv_dtype=kv_dtype, batch=batch, gpu_memory_utilization=gpu_memory_utilization,
                     block_size=block_size, engine=engine, quantization=quantization,

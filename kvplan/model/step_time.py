@@ -197,6 +197,33 @@ SERVER_FRONTEND_FACTOR = {"vllm-openai": 1.0, "trtllm-serve": 1.0, "nim": 1.0, "
                           "trtllm-bench": 0.0, "gptSessionBenchmark": 0.0}
 
 
+def engine_constants(constants: StepConstants, engine: str = "vllm", server: str | None = None) -> StepConstants:
+    """The constants restated for another engine's runtime and the API server in front of it (by
+    default the engine's own, ENGINE_SERVER): `scale_overheads` by ENGINE_OVERHEAD_FACTOR[engine]
+    and SERVER_FRONTEND_FACTOR[server]."""
+    return scale_overheads(constants, ENGINE_OVERHEAD_FACTOR.get(engine, 1.0),
+                           SERVER_FRONTEND_FACTOR.get(server if server is not None else ENGINE_SERVER.get(engine, ""), 1.0))
+
+
+def scale_overheads(constants: StepConstants, engine_factor: float, server_factor: float) -> StepConstants:
+    """The engine core's host time a step and a request scaled by `engine_factor`, the API server's
+    answer by `server_factor`. A server slower to answer one request (SGLang hands each on between
+    three processes) is not slower to take requests in or to stream tokens, so its intake and
+    streaming costs scale only by a factor below 1 (Triton's C++ is faster at all)."""
+    if engine_factor == 1.0 and server_factor == 1.0:
+        return constants
+    stream = min(server_factor, 1.0)
+    return replace(constants, step_overhead_s=constants.step_overhead_s * engine_factor,
+                   request_overhead_s=constants.request_overhead_s * engine_factor,
+                   frontend_latency_s=constants.frontend_latency_s * server_factor,
+                   frontend_request_s=constants.frontend_request_s * stream,
+                   stream_token_s=constants.stream_token_s * stream)
+
+
+# the server each engine runs behind by default (`vllm serve`'s OpenAI server, `python -m
+# sglang.launch_server`'s own)
+ENGINE_SERVER = {"vllm": "vllm-openai", "sglang": "sglang"}
+
 STREAM_BUSY_CAP = 0.9  # the busiest the API server is taken to be (stream_token_s): past it the
 # fluid stretch would grow without bound, and the server's own queue, not modelled, takes over
 

@@ -288,42 +288,57 @@ class StartupMemory:
 
 
 def activation_peak(hidden: int, mlp_width: int, vocab: int, tp: int, act_bytes: int,
-                    tokens: int, seqs: int, release: str = VLLM_RELEASE, flashinfer: bool = True) -> int:
-    """Peak activation bytes of vLLM's profiling run (see the module docstring)."""
+                    tokens: int, seqs: int, release: str = VLLM_RELEASE, flashinfer: bool = True,
+                    sampler: bool = True) -> int:
+    """Peak activation bytes of vLLM's profiling run (see the module docstring); `sampler` False:
+    a pipeline stage before the last, which computes no logits and samples nothing
+    (kvplan/model/parallel.py)."""
     rows = min(seqs, tokens)
     forward = tokens * (A_HIDDEN * hidden + A_MLP * -(-mlp_width // tp)) * act_bytes
-    sampler = (tokens + rows) * hidden * act_bytes + rows * vocab * sampler_bytes(release, flashinfer)
-    return max(forward, sampler)
+    if not sampler:
+        return forward
+    sampling = (tokens + rows) * hidden * act_bytes + rows * vocab * sampler_bytes(release, flashinfer)
+    return max(forward, sampling)
 
 
 def warmup_peak(hidden: int, mlp_width: int, vocab: int, tp: int, act_bytes: int,
-                tokens: int, seqs: int, release: str = VLLM_RELEASE, flashinfer: bool = True) -> int:
+                tokens: int, seqs: int, release: str = VLLM_RELEASE, flashinfer: bool = True,
+                sampler: bool = True) -> int:
     """Peak bytes of the sampler warm-up after the KV cache is allocated (`compile_or_warm_up_model`
     in vllm/v1/worker/gpu_worker.py, 0.10 on): a forward pass of R = min(max_num_seqs,
     max_num_batched_tokens) tokens, then the sampler over its R rows, with the profile's own
     sampling parameters; the profile's peak covered it, and the activation it freed is there again."""
     rows = min(seqs, tokens)
-    return activation_peak(hidden, mlp_width, vocab, tp, act_bytes, rows, rows, release, flashinfer)
+    return activation_peak(hidden, mlp_width, vocab, tp, act_bytes, rows, rows, release, flashinfer, sampler)
 
 
 def startup_memory(*, total: int, gpu_name: str, weights: int, hidden: int, mlp_width: int,
                    vocab: int, layers: int, tp: int, act_bytes: int,
-                   options: EngineOptions, model_type: str = "") -> StartupMemory:
+                   options: EngineOptions, model_type: str = "", sampler: bool = True,
+                   groups_at_init: int = 0, groups_in_profile: int = 0) -> StartupMemory:
+    """vLLM's start-up memory on one GPU (the module docstring). With data, expert or pipeline
+    parallelism (kvplan/model/parallel.py): `sampler` False for a pipeline stage before the last
+    (no logits: no sampler pass, and no all-gather to connect the TP communicator in), and the
+    NCCL communicators of its other process groups, made at init (`groups_at_init` bytes, before
+    the snapshot) and connected inside the profile (`groups_in_profile`, non-torch)."""
     tokens, seqs = default_batch(gpu_name, total)
     tokens = options.max_num_batched_tokens or tokens
     seqs = options.max_num_seqs or seqs
     rules = options.rules
     requested = int(total * options.utilization)
     activation = activation_peak(hidden, mlp_width, vocab, tp, act_bytes, tokens, seqs, rules.release,
-                                 options.flashinfer)
-    non_torch = non_torch_memory(tp)
+                                 options.flashinfer, sampler)
+    # the TP communicator connects at the logits' all-gather (NON_TORCH_TP1), which a stage before
+    # the last of a pipeline never runs
+    non_torch = (non_torch_memory(tp) if sampler else NON_TORCH_TP1) + groups_in_profile
     cap = GPT_OSS_CAPTURE if model_type == "gpt_oss" else None
     graphs = 0 if options.enforce_eager else cuda_graph_memory(layers, seqs, tokens, cap)
     kv = requested - weights - activation - non_torch - (graphs if rules.graphs_in_pool else 0)
-    warmup = warmup_peak(hidden, mlp_width, vocab, tp, act_bytes, tokens, seqs, rules.release, options.flashinfer)
+    warmup = warmup_peak(hidden, mlp_width, vocab, tp, act_bytes, tokens, seqs, rules.release, options.flashinfer,
+                         sampler)
     return StartupMemory(total, options.utilization, requested, weights, activation, non_torch, kv,
                          graphs, rules.graphs_in_pool, tokens, seqs, rules.release,
-                         before_profile(tp), warmup)
+                         before_profile(tp) + groups_at_init, warmup)
 
 
 def warmup_reason(rows: int) -> str:

@@ -270,6 +270,16 @@ def moe_shape(spec: ModelSpec) -> tuple[int, int]:
     return experts, min(cfg.int("num_experts_per_tok", "experts_per_token", default=1), experts)
 
 
+def moe_layer_indices(spec: ModelSpec) -> tuple[int, ...]:
+    """The indices of the decoder layers with routed experts (empty for a dense model), by the
+    same rule the weights are counted with (first_k_dense_replace, decoder_sparse_step ...)."""
+    cfg = ConfigReader(spec.raw, spec.source)
+    experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", default=0, positive=False)
+    if not experts or "block_configs" in spec.raw or spec.model_type == "nemotron_h":
+        return ()
+    return tuple(i for i in range(len(spec.layers)) if _is_moe_layer(cfg, i))
+
+
 def moe_layers(spec: ModelSpec) -> tuple[int, int]:
     """(MoE layers, one routed expert's intermediate size) of an MoE model; (0, 0) for a dense one."""
     cfg = ConfigReader(spec.raw, spec.source)

@@ -164,3 +164,35 @@ def render_grid(model: str, rows: list[dict]) -> None:
                   "the longest single request that fits[/dim]")
     for reason, where in reasons.items():
         out.print(f"[dim]{terminal(', '.join(where))}: {terminal(reason)}[/dim]")
+
+
+def render_sglang(run) -> None:
+    """`kvplan size --engine sglang`: SGLang's start-up on one GPU (kvplan/model/sglang_memory.py)."""
+    from rich.table import Table
+
+    m = run.memory
+    out = console()
+    table = Table(title=f"SGLang {terminal(m.release)} start-up of {terminal(run.model)}", show_header=False,
+                  title_justify="left")
+    table.add_column("quantity", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("GPU / TP / KV dtype", f"{terminal(run.gpu)} / tp={run.tp} / {terminal(run.kv_dtype)}")
+    table.add_row("GPU memory (as CUDA reports it)", _b(m.gpu_memory))
+    table.add_row("mem_fraction_static", f"{m.mem_fraction_static}")
+    table.add_row("free before the weights load", _b(m.pre_load))
+    table.add_row("weights (per GPU, estimated)", f"{_b(m.weights)}, {run.params / 1e9:.2f}B params")
+    table.add_row("KV pool (free x fraction - weights)", _b(m.kv_pool))
+    table.add_row("KV bytes per token (per GPU)", _b(m.cell_size))
+    table.add_row("max_total_num_tokens", f"{m.max_total_num_tokens:,}")
+    table.add_row("max_running_requests", f"{m.max_running_requests:,}")
+    table.add_row("chunked_prefill_size", f"{m.chunked_prefill_size:,}")
+    table.add_row("context_len", f"{m.context_len:,}")
+    print_table(out, table)
+    out.print(f"[dim]mem_fraction_static {m.mem_fraction_static}: {terminal(m.mem_fraction_reason)}[/dim]")
+    if m.reason:
+        out.print(f"[bold red]SGLang would not start:[/] {terminal(m.reason)}")
+    else:
+        out.print(f"SGLang would log: max_total_num_tokens={m.max_total_num_tokens}, chunked_prefill_size="
+                  f"{m.chunked_prefill_size}, max_running_requests={m.max_running_requests}, context_len={m.context_len}")
+    for note in run.notes:
+        out.print(f"[dim]note: {terminal(note)}[/dim]")

@@ -23,6 +23,9 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.3f} ms"
 
 
+_ENGINE = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
 def _memory_lines(r: dict) -> list[str]:
     """Warnings when the decode batch cannot be held: a context beyond the model's, a server that
     would not start, or a batch whose KV cache is beyond vLLM's pool."""
@@ -37,7 +40,7 @@ def _memory_lines(r: dict) -> list[str]:
         lines.append(f"no server holds this decode: {m['reason'].rstrip('.')}")
     elif m["max_concurrency"] < r["batch"]:
         lines.append(f"this decode does not fit: {r['batch']:,} requests of {r['context']:,} tokens hold "
-                     f"{format_bytes(m['batch_kv_bytes'])} of KV cache per GPU, and vLLM's pool on {r['gpu']} "
+                     f"{format_bytes(m['batch_kv_bytes'])} of KV cache per GPU, and {_ENGINE[r.get('engine', 'vllm')]}'s pool on {r['gpu']} "
                      f"(tp={r['tp']}) is {format_bytes(m['kv_pool_bytes'])}, at most {m['max_concurrency']:,} "
                      "such requests at once (kvplan size)")
     return [f"[yellow]warning:[/yellow] {terminal(line)}; the step is timed as asked" for line in lines]
@@ -47,7 +50,9 @@ def render_step(r: dict) -> None:
     from rich.table import Table
 
     out = console()
-    table = Table(title=f"Step time of {terminal(r['model'])} on {terminal(r['gpu'])} (tp={r['tp']})", title_justify="left")
+    engine = "" if r.get("engine", "vllm") == "vllm" else f", {_ENGINE[r['engine']]}"
+    table = Table(title=f"Step time of {terminal(r['model'])} on {terminal(r['gpu'])} (tp={r['tp']}{engine})",
+                  title_justify="left")
     table.add_column("term")
     table.add_column(f"decode: {r['batch']} x {r['context']:,} tokens", justify="right")
     table.add_column(f"prefill: {r['chunk']:,}-token chunk", justify="right")

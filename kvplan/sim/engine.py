@@ -348,6 +348,12 @@ def simulate(workload: Workload, allocator: AllocatorSpec, *,
     (a search that needs only a verdict stops once it is certain).
     """
     setup = make_setup(workload, allocator) if setup is None else setup
+    if setup.sglang is not None:  # SGLang's scheduler: kvplan/sim/sglang.py
+        from kvplan.sim.sglang import simulate_sglang
+
+        return simulate_sglang(workload, setup, _config(setup, timeline_points), slo_of(workload, setup),
+                               progress=progress, record_requests=record_requests,
+                               events_per_call=EVENTS_PER_CALL)
     slo = slo_of(workload, setup)
     state = KernelState(setup, timeline_points)
     for chunk in prepared_chunks(workload, setup):

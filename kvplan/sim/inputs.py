@@ -25,7 +25,7 @@ from kvplan.sim.prefix_ids import ChunkIds, PrefixTrie
 from kvplan.sim.speculative import SpecSetup, spec_setup
 from kvplan.sim.timing import StepClock, make_clock
 from kvplan.workload.pool_rules import HybridBlocks, hybrid_rule, pool_bytes, usable_blocks
-from kvplan.workload.records import SchedulerConfig, Workload
+from kvplan.workload.records import SchedulerConfig, SglangConfig, Workload
 from kvplan.workload.spec import AllocatorSpec
 
 PREEMPTION_MODES = ("recompute", "swap")
@@ -48,6 +48,7 @@ class SimSetup:
     hybrid: HybridBlocks | None = None  # paged, a model of several kinds of layers: vLLM's groups
     offload: OffloadSetup | None = None  # paged with prefix caching: a CPU tier (kvplan/sim/offload.py)
     speculative: SpecSetup | None = None  # speculative decoding (kvplan/sim/speculative.py)
+    sglang: SglangConfig | None = None  # SGLang's scheduler (kvplan/sim/sglang.py): a token pool, page size 1
 
     @property
     def tail_slots(self) -> int:
@@ -100,6 +101,9 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
     setup = _make_setup(workload, allocator)
     if workload.speculative is None:
         return setup
+    if setup.sglang is not None:
+        raise WorkloadError("speculative decoding is modelled on vLLM's scheduler, not SGLang's (remove "
+                            "speculative: or engine: sglang)", field="speculative")
     if setup.hybrid is not None:
         raise WorkloadError("speculative decoding is modelled on models of one kind of attention layer; "
                             "this model's hybrid layer groups are not (remove speculative:)", field="speculative")
@@ -113,6 +117,8 @@ def _make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
     _check_scheduler(s)
     slots = _int_at_least(workload.pool.slots, 1, "pool.slots")
     clock = make_clock(workload.timing, workload.pool, s.max_num_batched_tokens)
+    if workload.sglang is not None:
+        return _sglang_setup(workload, allocator, clock, slots)
     if allocator.kind == "paged":
         b = _int_at_least(allocator.block_size, 1, "allocator.block_size")
         grouped = s.hybrid_kv_cache_manager if allocator.hybrid is None else allocator.hybrid
@@ -152,6 +158,23 @@ def _make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
                             field="pool.slots")
     return SimSetup(label=allocator.label, paged=False, policy=allocator.policy, block_size=1, num_blocks=slots,
                     slots=slots, limit=limit, sched=s, clock=clock)
+
+
+def _sglang_setup(workload: Workload, allocator: AllocatorSpec, clock: StepClock, slots: int) -> SimSetup:
+    """SGLang's pool: `slots` token slots with page size 1 (server_args.py: page_size 1), the radix
+    cache on unless turned off (by `sglang.disable_radix_cache`, or the allocator's no-cache twin)."""
+    s, g = workload.scheduler, workload.sglang
+    if hybrid_rule(workload, 1, s.hybrid_kv_cache_manager) is not None:
+        raise WorkloadError("SGLang's pools for layers of several kinds (sliding windows, recurrent state) "
+                            "are not modelled: engine: sglang serves models of one kind of layers", field="engine")
+    if slots <= s.max_model_len:
+        raise WorkloadError(f"the pool holds {slots} token slots, not more than one request of max_model_len "
+                            f"{s.max_model_len} needs", field="pool.slots")
+    if allocator.prefix_caching is False and g.radix_cache:
+        g = replace(g, radix_cache=False)
+    return SimSetup(label="sglang" + ("" if g.radix_cache else " no-cache"), paged=True, policy=None,
+                    block_size=1, num_blocks=slots, slots=slots, limit=0, sched=s, clock=clock,
+                    prefix_caching=g.radix_cache, sglang=g)
 
 
 def _hybrid_setup(workload: Workload, allocator: AllocatorSpec, clock: StepClock, groups,

@@ -44,6 +44,9 @@ caching, a block shared by several running requests counts once (SHARED); with v
 layer groups (cfg[HYBRID]) the run takes no jumps and steps one at a time, and so does a run with
 speculative decoding (cfg[SPEC_K] > 0: a step's tokens depend on each request's draws; the spec_*
 functions, kvplan/sim/speculative.py has the rules).
+
+SGLang's scheduler (`engine: sglang`, kvplan/sim/sglang.py) has its own functions at the end of
+this file (sg_*, driven by sg_run), on arrays of its own besides cfg, st, timeline and acc.
 """
 
 from __future__ import annotations
@@ -1785,4 +1788,600 @@ def run(cfg, st, req, px, cx, queues, timeline, acc, max_events):
             if do_step(cfg, st, req, px, cx, running, sched, requeued, swapped, run_start, run_len, timeline, acc):
                 return 4
         st[EVENTS] += 1
+    return 2
+
+
+# -- SGLang's scheduler (rules: kvplan/sim/sglang.py; reference: sglang_reference.py) --------------
+#
+# Step by step (no jumps), on arrays of its own besides cfg, st (NOW, ORIGIN, the timeline's and
+# the counters' scalars), timeline and acc:
+#   gcfg  settings (G_*)                 gf  new_token_ratio: init, min, decay, current (F_*)
+#   gst   scalar state (GS_*)            sr  one row per request (S_*)
+#   ids   trie node of each identity block of every request, from sr[rid, S_ID_START]
+#   nd    one row per trie node of the radix tree (N_*); LRU list of the evictable leaves, oldest
+#         first (N_PREV/N_NEXT, GS_LRU_HEAD/TAIL), kept sorted by N_STAMP
+#   wq    the waiting queue, wq[0:gst[GS_WLEN]]; rq the running batch, rq[0:gst[GS_NRUN]] (finished
+#         requests stay until the next decode filters them); bt, bn this step's prefill batch and
+#         its tokens; order scratch for retract_decode
+
+G_LPM = 0        # 1: schedule_policy lpm (with the radix cache), 0: fcfs
+G_RADIX = 1      # 1: the radix cache reuses prefixes
+G_MAX_RUNNING = 2
+G_CHUNK = 3      # chunked_prefill_size (0: no chunking)
+G_MAX_PREFILL = 4
+G_H = 5          # tokens per trie node (the hash block)
+G_NUM_REQS = 6
+NUM_G = 7
+
+F_INIT = 0
+F_MIN = 1
+F_DECAY = 2
+F_RATIO = 3
+F_TOTAL_OFFSET = 4  # PrefillAdder: rem_total_token_offset of the batch being formed
+NUM_F = 5
+
+GS_EVICTABLE = 0  # tokens of cached nodes nobody locks
+GS_CHUNKED = 1    # the request mid-chunk (-1: none)
+GS_FULL = 2       # running_batch.batch_is_full
+GS_NRUN = 3
+GS_WLEN = 4
+GS_STAMP = 5      # last access stamp handed out
+GS_PASS = 6       # lpm passes so far (N_MARK, S_DEMOTED)
+GS_LRU_HEAD = 7
+GS_LRU_TAIL = 8
+GS_NBATCH = 9
+GS_CUR_OFFSET = 10  # PrefillAdder: cur_rem_token_offset
+GS_REM_INPUT = 11
+GS_REM_CHUNK = 12
+NUM_GS = 13
+
+S_ARRIVAL = 0
+S_PROMPT = 1
+S_OUTPUT = 2
+S_GEN = 3
+S_HELD = 4
+S_TARGET = 5
+S_SHARED = 6    # tokens of HELD living in tree nodes
+S_LOCKED = 7    # leading identity nodes it locks
+S_MATCH = 8     # lpm's key: tokens the tree held at the last pass
+S_ADMITTED = 9
+S_FIRST = 10
+S_FINISH = 11
+S_PREEMPTED = 12
+S_HIT = 13
+S_ID_START = 14
+S_ID_COUNT = 15
+S_DONE = 16
+S_DEMOTED = 17  # the lpm pass that put it last (in-batch prefix check)
+NUM_S = 18
+
+N_CACHED = 0
+N_LOCK = 1
+N_STAMP = 2
+N_KIDS = 3      # cached children
+N_PARENT = 4    # -1: a child of the root
+N_MARK = 5      # the lpm pass whose waiting-queue tree holds it
+N_PREV = 6
+N_NEXT = 7
+N_LISTED = 8    # 1: in the LRU list of evictable leaves
+NUM_N = 9
+
+
+@njit(cache=True)
+def sg_lru_remove(gst, nd, x):
+    p, q = nd[x, N_PREV], nd[x, N_NEXT]
+    if p >= 0:
+        nd[p, N_NEXT] = q
+    else:
+        gst[GS_LRU_HEAD] = q
+    if q >= 0:
+        nd[q, N_PREV] = p
+    else:
+        gst[GS_LRU_TAIL] = p
+    nd[x, N_LISTED] = 0
+
+
+@njit(cache=True)
+def sg_lru_insert(gst, nd, x):
+    """x joins the evictable leaves at its place by stamp (scanning from the most recent)."""
+    q = -1
+    p = gst[GS_LRU_TAIL]
+    while p >= 0 and nd[p, N_STAMP] > nd[x, N_STAMP]:
+        q = p
+        p = nd[p, N_PREV]
+    nd[x, N_PREV], nd[x, N_NEXT] = p, q
+    if p >= 0:
+        nd[p, N_NEXT] = x
+    else:
+        gst[GS_LRU_HEAD] = x
+    if q >= 0:
+        nd[q, N_PREV] = x
+    else:
+        gst[GS_LRU_TAIL] = x
+    nd[x, N_LISTED] = 1
+
+
+@njit(cache=True)
+def sg_touch(gst, sr, ids, nd, rid, k):
+    """The first k nodes of rid's path are accessed, root first (last_access_time)."""
+    start = sr[rid, S_ID_START]
+    for j in range(k):
+        x = ids[start + j]
+        gst[GS_STAMP] += 1
+        nd[x, N_STAMP] = gst[GS_STAMP]
+        if nd[x, N_LISTED] != 0 and gst[GS_LRU_TAIL] != x:
+            sg_lru_remove(gst, nd, x)
+            sg_lru_insert(gst, nd, x)
+
+
+@njit(cache=True)
+def sg_lock(gst, nd, h, x):
+    if nd[x, N_LOCK] == 0:
+        gst[GS_EVICTABLE] -= h
+        if nd[x, N_LISTED] != 0:
+            sg_lru_remove(gst, nd, x)
+    nd[x, N_LOCK] += 1
+
+
+@njit(cache=True)
+def sg_unlock(gst, nd, h, x):
+    nd[x, N_LOCK] -= 1
+    if nd[x, N_LOCK] == 0:
+        gst[GS_EVICTABLE] += h
+        if nd[x, N_KIDS] == 0:
+            sg_lru_insert(gst, nd, x)
+
+
+@njit(cache=True)
+def sg_evict(st, gst, nd, h, n):
+    """RadixCache.evict(n): least recently used unlocked leaves until n tokens are freed."""
+    evicted = 0
+    while evicted < n and gst[GS_LRU_HEAD] >= 0:
+        x = gst[GS_LRU_HEAD]
+        sg_lru_remove(gst, nd, x)
+        nd[x, N_CACHED] = 0
+        st[FREE_BLOCKS] += h
+        gst[GS_EVICTABLE] -= h
+        evicted += h
+        st[PC_BLOCKS_EVICTED] += h
+        p = nd[x, N_PARENT]
+        if p >= 0:
+            nd[p, N_KIDS] -= 1
+            if nd[p, N_KIDS] == 0 and nd[p, N_LOCK] == 0:
+                sg_lru_insert(gst, nd, p)
+
+
+@njit(cache=True)
+def sg_evict_if_needed(st, gst, nd, h, n):
+    if st[FREE_BLOCKS] < n:
+        sg_evict(st, gst, nd, h, n)
+
+
+@njit(cache=True)
+def sg_hits(sr, ids, nd, rid):
+    """Leading nodes of rid's path that the tree holds."""
+    start, count = sr[rid, S_ID_START], sr[rid, S_ID_COUNT]
+    k = 0
+    while k < count and nd[ids[start + k], N_CACHED] != 0:
+        k += 1
+    return k
+
+
+@njit(cache=True)
+def sg_insert(gcfg, st, gst, sr, ids, nd, rid):
+    """cache_(un)finished_req: rid's computed identity nodes join the tree, locked by rid (one
+    another request inserted first is freed as a duplicate); its path is touched."""
+    if gcfg[G_RADIX] == 0:
+        return
+    h = gcfg[G_H]
+    locked_tokens = sr[rid, S_LOCKED] * h
+    if sr[rid, S_SHARED] < locked_tokens and locked_tokens <= sr[rid, S_HELD]:
+        st[FREE_BLOCKS] += locked_tokens - sr[rid, S_SHARED]
+        sr[rid, S_SHARED] = locked_tokens
+    start, count = sr[rid, S_ID_START], sr[rid, S_ID_COUNT]
+    j = sr[rid, S_LOCKED]
+    while j < count and (j + 1) * h <= sr[rid, S_HELD]:
+        x = ids[start + j]
+        if nd[x, N_CACHED] != 0:
+            st[FREE_BLOCKS] += h
+            sg_lock(gst, nd, h, x)
+        else:
+            nd[x, N_CACHED] = 1
+            p = nd[x, N_PARENT]
+            if p >= 0:
+                nd[p, N_KIDS] += 1
+                if nd[p, N_LISTED] != 0:
+                    sg_lru_remove(gst, nd, p)
+            nd[x, N_LOCK] = 1
+        sr[rid, S_SHARED] += h
+        j += 1
+    sr[rid, S_LOCKED] = j
+    sg_touch(gst, sr, ids, nd, rid, j)
+
+
+@njit(cache=True)
+def sg_release(gcfg, st, gst, sr, ids, nd, rid):
+    """rid's own tokens go back to the pool; its path is unlocked, deepest first."""
+    st[FREE_BLOCKS] += sr[rid, S_HELD] - sr[rid, S_SHARED]
+    start = sr[rid, S_ID_START]
+    for j in range(sr[rid, S_LOCKED] - 1, -1, -1):
+        sg_unlock(gst, nd, gcfg[G_H], ids[start + j])
+    sr[rid, S_LOCKED] = 0
+    sr[rid, S_SHARED] = 0
+
+
+@njit(cache=True)
+def sg_calc_priority(gcfg, gst, sr, ids, nd, wq):
+    """lpm: match every waiting request, put the in-batch duplicates last, sort by match (stable)."""
+    w = gst[GS_WLEN]
+    if gcfg[G_LPM] == 0 or w > 128:
+        return
+    gst[GS_PASS] += 1
+    pid = gst[GS_PASS]
+    h = gcfg[G_H]
+    for i in range(w):
+        rid = wq[i]
+        k = sg_hits(sr, ids, nd, rid)
+        sg_touch(gst, sr, ids, nd, rid, k)
+        sr[rid, S_MATCH] = k * h
+        if k * h <= 32:
+            start, count = sr[rid, S_ID_START], sr[rid, S_ID_COUNT]
+            m = 0
+            while m < count and nd[ids[start + m], N_MARK] == pid:
+                m += 1
+            if m * h >= 32:
+                sr[rid, S_DEMOTED] = pid
+            else:
+                for j in range(count):
+                    nd[ids[start + j], N_MARK] = pid
+    for i in range(1, w):  # stable insertion sort by (demoted, -match)
+        rid = wq[i]
+        dr = sr[rid, S_DEMOTED] == pid
+        j = i
+        while j > 0:
+            other = wq[j - 1]
+            do = sr[other, S_DEMOTED] == pid
+            if do and not dr:
+                pass
+            elif not do and not dr and sr[other, S_MATCH] < sr[rid, S_MATCH]:
+                pass
+            else:
+                break
+            wq[j] = other
+            j -= 1
+        wq[j] = rid
+
+
+@njit(cache=True)
+def sg_rem_total(st, gst, gf):
+    return (st[FREE_BLOCKS] + gst[GS_EVICTABLE]) - gf[F_TOTAL_OFFSET]
+
+
+@njit(cache=True)
+def sg_prefill_one(gcfg, gst, gf, ext, max_new):
+    gf[F_TOTAL_OFFSET] += ext + max_new
+    gst[GS_CUR_OFFSET] += ext
+    gst[GS_REM_INPUT] -= ext
+    if gcfg[G_CHUNK] > 0:
+        gst[GS_REM_CHUNK] -= ext
+
+
+@njit(cache=True)
+def sg_budget_state(gcfg, st, gst, gf):
+    """0 continue, 1 no token, 2 other (PrefillAdder.budget_state)."""
+    if sg_rem_total(st, gst, gf) <= 0 or st[FREE_BLOCKS] + gst[GS_EVICTABLE] - gst[GS_CUR_OFFSET] <= 0:
+        return 1
+    if gst[GS_REM_INPUT] <= 0 or (gcfg[G_CHUNK] > 0 and gst[GS_REM_CHUNK] <= 0):
+        return 2
+    return 0
+
+
+@njit(cache=True)
+def sg_add_one(gcfg, st, gst, gf, sr, ids, nd, rid, others):
+    """PrefillAdder.add_one_req: (verdict for the next candidate, tokens rid prefills now)."""
+    h = gcfg[G_H]
+    k = sg_hits(sr, ids, nd, rid) if gcfg[G_RADIX] != 0 else 0
+    m = min(k * h, sr[rid, S_TARGET] - 1)
+    k = cdiv(m, h) if m > 0 else 0
+    sg_touch(gst, sr, ids, nd, rid, k)
+    ext = sr[rid, S_TARGET] - m
+    total = ext + min(sr[rid, S_OUTPUT] - sr[rid, S_GEN], 4096)
+    if total >= sg_rem_total(st, gst, gf):
+        return 1, 0
+    if ext > gst[GS_REM_INPUT] and others:
+        return 2, 0
+    start = sr[rid, S_ID_START]
+    unheld = 0
+    for j in range(k):
+        if nd[ids[start + j], N_LOCK] == 0:
+            unheld += h
+    if total > sg_rem_total(st, gst, gf) - unheld:
+        return 1, 0
+    if gcfg[G_CHUNK] == 0 or ext <= gst[GS_REM_CHUNK]:
+        n, max_new = ext, min(sr[rid, S_OUTPUT] - sr[rid, S_GEN], 4096)
+    else:
+        n, max_new = gst[GS_REM_CHUNK], 0
+        if n <= 0:
+            return 2, 0
+    for j in range(k):
+        x = ids[start + j]
+        if nd[x, N_LOCK] == 0:
+            st[PC_BLOCKS_REUSED] += min(h, m - j * h)
+        sg_lock(gst, nd, h, x)
+    sr[rid, S_HELD] = m
+    sr[rid, S_SHARED] = m
+    sr[rid, S_LOCKED] = k
+    st[PC_PREFILL_SAVED] += m
+    if sr[rid, S_ADMITTED] < 0:
+        sr[rid, S_ADMITTED] = st[NOW]
+        sr[rid, S_HIT] = m
+        st[PC_LOOKUPS] += 1
+        st[PC_QUERY_TOKENS] += sr[rid, S_PROMPT]
+        st[PC_HIT_TOKENS] += m
+    sg_prefill_one(gcfg, gst, gf, n, max_new)
+    return sg_budget_state(gcfg, st, gst, gf), n
+
+
+@njit(cache=True)
+def sg_prefill_batch(gcfg, st, gst, gf, sr, ids, nd, wq, rq, bt, bn):
+    """get_new_batch_prefill: the batch in bt/bn (GS_NBATCH requests, 0: none), its tokens
+    allocated; -1 when the pool cannot hold them."""
+    gst[GS_NBATCH] = 0
+    if (gst[GS_FULL] != 0 or gst[GS_WLEN] == 0) and gst[GS_CHUNKED] < 0:
+        return 0
+    running_bs = gst[GS_NRUN]
+    if running_bs >= gcfg[G_MAX_RUNNING]:
+        gst[GS_FULL] = 1
+        return 0
+    sg_calc_priority(gcfg, gst, sr, ids, nd, wq)
+    offset = 0.0
+    for i in range(running_bs):
+        r = rq[i]
+        offset += min(sr[r, S_OUTPUT] - sr[r, S_GEN], 4096) * gf[F_RATIO]
+    gf[F_TOTAL_OFFSET] = offset
+    gst[GS_CUR_OFFSET] = 0
+    gst[GS_REM_INPUT] = gcfg[G_MAX_PREFILL]
+    gst[GS_REM_CHUNK] = gcfg[G_CHUNK]
+    nb = 0
+    new_chunked = -1
+    c = gst[GS_CHUNKED]
+    if c >= 0:
+        ext = sr[c, S_TARGET] - sr[c, S_HELD]
+        limit = min(gst[GS_REM_CHUNK], int(sg_rem_total(st, gst, gf)))
+        if limit > 0:
+            truncated = ext > limit
+            n = min(ext, limit)
+            bt[nb], bn[nb] = c, n
+            nb += 1
+            sg_prefill_one(gcfg, gst, gf, n, 0 if truncated else min(sr[c, S_OUTPUT] - sr[c, S_GEN], 4096))
+            if not truncated:
+                gst[GS_CHUNKED] = -1
+    w = gst[GS_WLEN]
+    for i in range(w):
+        if running_bs + nb >= gcfg[G_MAX_RUNNING]:
+            gst[GS_FULL] = 1
+            break
+        rid = wq[i]
+        verdict, n = sg_add_one(gcfg, st, gst, gf, sr, ids, nd, rid, nb > 0)
+        if n > 0:
+            bt[nb], bn[nb] = rid, n
+            nb += 1
+            if n < sr[rid, S_TARGET] - sr[rid, S_HELD]:
+                new_chunked = rid
+        if verdict == 0:
+            continue
+        if verdict == 1:
+            gst[GS_FULL] = 1
+        break
+    if nb == 0:
+        return 0
+    kept = 0
+    for i in range(w):  # the admitted leave the queue (the first in queue order, so a prefix of it
+        rid = wq[i]     # is not assumed: requests are marked by their batch membership)
+        chosen = False
+        for b in range(nb):
+            if bt[b] == rid:
+                chosen = True
+                break
+        if not chosen:
+            wq[kept] = rid
+            kept += 1
+    gst[GS_WLEN] = kept
+    if new_chunked >= 0:
+        gst[GS_CHUNKED] = new_chunked
+    total = 0
+    for b in range(nb):
+        total += bn[b]
+    sg_evict_if_needed(st, gst, nd, gcfg[G_H], total)
+    if st[FREE_BLOCKS] < total:
+        return -1
+    st[FREE_BLOCKS] -= total
+    gst[GS_NBATCH] = nb
+    return nb
+
+
+@njit(cache=True)
+def sg_account(cfg, st, gst, acc, timeline, dt, n):
+    used = cfg[SLOTS] - st[FREE_BLOCKS] - gst[GS_EVICTABLE]
+    account_span(cfg, st, st, acc, timeline, dt, n, gst[GS_WLEN], used, used, ZERO, ZERO)
+    if n > st[PEAK_RUNNING]:
+        st[PEAK_RUNNING] = n
+
+
+@njit(cache=True)
+def sg_finish(gcfg, st, gst, sr, ids, nd, rid, end):
+    sr[rid, S_FINISH] = end
+    sr[rid, S_DONE] = 1
+    st[DONE] += 1
+    sg_insert(gcfg, st, gst, sr, ids, nd, rid)
+    sg_release(gcfg, st, gst, sr, ids, nd, rid)
+
+
+@njit(cache=True)
+def sg_prefill_step(cfg, gcfg, st, gst, sr, ids, nd, rq, bt, bn, timeline, acc):
+    nb = gst[GS_NBATCH]
+    kv = 0
+    tokens = 0
+    pairs = 0
+    for b in range(nb):
+        held, s = sr[bt[b], S_HELD], bn[b]
+        kv += held
+        tokens += s
+        pairs += s * held + s * (s + 1) // 2
+    dt = step_dt(cfg, kv, tokens, nb, pairs)
+    sg_account(cfg, st, gst, acc, timeline, dt, nb)
+    end = st[NOW] + dt
+    shrunk = False
+    for b in range(nb):
+        rid = bt[b]
+        sr[rid, S_HELD] += bn[b]
+        if sr[rid, S_HELD] < sr[rid, S_TARGET]:
+            sg_insert(gcfg, st, gst, sr, ids, nd, rid)
+            shrunk = True
+            continue
+        sr[rid, S_GEN] += 1
+        if sr[rid, S_GEN] == 1:
+            sr[rid, S_FIRST] = end
+        if sr[rid, S_GEN] == sr[rid, S_OUTPUT]:
+            sg_finish(gcfg, st, gst, sr, ids, nd, rid, end)
+            shrunk = True
+        else:
+            sg_insert(gcfg, st, gst, sr, ids, nd, rid)
+            rq[gst[GS_NRUN]] = rid
+            gst[GS_NRUN] += 1
+    if shrunk:
+        gst[GS_FULL] = 0
+    st[NOW] = end
+    st[STEPS] += 1
+
+
+@njit(cache=True)
+def sg_retract(gcfg, st, gst, gf, sr, ids, nd, wq, rq, order):
+    """retract_decode: fewest outputs first, then the longest prompt, the last of equals first."""
+    n = gst[GS_NRUN]
+    for i in range(n):  # order: stable sort of 0..n-1 by (generated, -prompt), descending
+        a = rq[i]
+        j = i
+        while j > 0:
+            b = rq[order[j - 1]]
+            if sr[b, S_GEN] < sr[a, S_GEN] or (sr[b, S_GEN] == sr[a, S_GEN] and sr[b, S_PROMPT] > sr[a, S_PROMPT]):
+                order[j] = order[j - 1]
+                j -= 1
+            else:
+                break
+        order[j] = i
+    left = n
+    first = True
+    while st[FREE_BLOCKS] < 20 * left or first:
+        if left == 1:
+            break
+        first = False
+        left -= 1
+        rid = rq[order[left]]
+        wq[gst[GS_WLEN]] = rid
+        gst[GS_WLEN] += 1
+        st[RECOMPUTED] += sr[rid, S_HELD]
+        sg_release(gcfg, st, gst, sr, ids, nd, rid)
+        sr[rid, S_HELD] = 0
+        sr[rid, S_TARGET] = sr[rid, S_PROMPT] + sr[rid, S_GEN]
+        sr[rid, S_PREEMPTED] += 1
+        st[PREEMPTIONS] += 1
+        sg_evict_if_needed(st, gst, nd, gcfg[G_H], 20 * left)
+    for i in range(left):  # the batch in the sorted order (filter_batch(keep_indices=...))
+        order[i] = rq[order[i]]
+    decoded = 0
+    wanted = 0
+    for i in range(left):
+        rq[i] = order[i]
+        decoded += sr[rq[i], S_GEN]
+        wanted += sr[rq[i], S_OUTPUT]
+    gst[GS_NRUN] = left
+    gf[F_RATIO] = min(1.0, (decoded + 20 * left) / wanted)
+
+
+@njit(cache=True)
+def sg_decode_step(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, order, timeline, acc):
+    """update_running_batch and the decode step; False when the pool cannot hold it."""
+    initial = gst[GS_NRUN]
+    n = 0
+    for i in range(initial):
+        if sr[rq[i], S_DONE] == 0:
+            rq[n] = rq[i]
+            n += 1
+    gst[GS_NRUN] = n
+    h = gcfg[G_H]
+    sg_evict_if_needed(st, gst, nd, h, n)
+    if st[FREE_BLOCKS] < n:
+        sg_retract(gcfg, st, gst, gf, sr, ids, nd, wq, rq, order)
+    else:
+        gf[F_RATIO] = max(gf[F_RATIO] - gf[F_DECAY], gf[F_MIN])
+    n = gst[GS_NRUN]
+    if n < initial:
+        gst[GS_FULL] = 0
+    sg_evict_if_needed(st, gst, nd, h, n)
+    if st[FREE_BLOCKS] < n:
+        return False
+    st[FREE_BLOCKS] -= n
+    kv = 0
+    for i in range(n):
+        kv += sr[rq[i], S_HELD]
+        sr[rq[i], S_HELD] += 1
+    dt = step_dt(cfg, kv, n, n, 0)
+    sg_account(cfg, st, gst, acc, timeline, dt, n)
+    end = st[NOW] + dt
+    for i in range(n):
+        rid = rq[i]
+        sr[rid, S_GEN] += 1
+        if sr[rid, S_GEN] == sr[rid, S_OUTPUT]:
+            sg_finish(gcfg, st, gst, sr, ids, nd, rid, end)
+    st[NOW] = end
+    st[STEPS] += 1
+    return True
+
+
+@njit(cache=True)
+def sg_run(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, bt, bn, order, timeline, acc, max_events):
+    """Simulate SGLang's scheduler until done (0), for max_events iterations (2), until the clock
+    passes CLOCK_LIMIT (3), or until requests wait that the pool can never hold (4)."""
+    nreq = gcfg[G_NUM_REQS]
+    for _ in range(max_events):
+        t = st[NOW]
+        if t > CLOCK_LIMIT:
+            return 3
+        while st[NEXT_FRESH] < nreq and sr[st[NEXT_FRESH], S_ARRIVAL] <= t:
+            wq[gst[GS_WLEN]] = st[NEXT_FRESH]
+            gst[GS_WLEN] += 1
+            st[NEXT_FRESH] += 1
+        st[EVENTS] += 1
+        nb = sg_prefill_batch(gcfg, st, gst, gf, sr, ids, nd, wq, rq, bt, bn)
+        if nb < 0:
+            return 4
+        if nb > 0:
+            sg_prefill_step(cfg, gcfg, st, gst, sr, ids, nd, rq, bt, bn, timeline, acc)
+            continue
+        live = False
+        for i in range(gst[GS_NRUN]):
+            if sr[rq[i], S_DONE] == 0:
+                live = True
+                break
+        if live:
+            if not sg_decode_step(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, order, timeline, acc):
+                return 4
+            continue
+        stale = gst[GS_NRUN] > 0
+        gst[GS_NRUN] = 0
+        gst[GS_FULL] = 0
+        gf[F_RATIO] = gf[F_INIT]
+        if stale:
+            continue
+        if st[NEXT_FRESH] >= nreq:
+            if gst[GS_WLEN] > 0 or gst[GS_CHUNKED] >= 0:
+                return 4
+            return 0
+        until = sr[st[NEXT_FRESH], S_ARRIVAL]
+        if until <= t:
+            return 4
+        account_span(cfg, st, st, acc, timeline, until - t, ZERO, gst[GS_WLEN], ZERO, ZERO, ZERO, ZERO)
+        st[IDLE] += until - t
+        st[NOW] = until
     return 2

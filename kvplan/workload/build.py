@@ -17,11 +17,13 @@ import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
 from kvplan.model.facts import ModelFacts
+from kvplan.model.step_time import engine_constants
 from kvplan.model.vllm_memory import default_batch
 from kvplan.workload.distributions import AllAtOnce, Fixed, Lengths, Uniform, synthetic_requests
-from kvplan.workload.records import OffloadConfig, PoolSpec, SchedulerConfig, SpeculativeRun, TimingConfig, Workload
+from kvplan.workload.records import (OffloadConfig, PoolSpec, SchedulerConfig, SglangConfig, SpeculativeRun, TimingConfig,
+                                     Workload)
 from kvplan.workload.checks import check_int
-from kvplan.workload.spec import MAX_REQUESTS, MAX_SLOTS, PrefixSection, TraceRequests, WorkloadSpec
+from kvplan.workload.spec import MAX_REQUESTS, MAX_SLOTS, PrefixSection, SglangSpec, TraceRequests, WorkloadSpec
 from kvplan.workload.traces import open_trace
 
 DEFAULT_MAX_MODEL_LEN = 8192
@@ -55,8 +57,32 @@ def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None
         num_requests=num_requests, pool=pool, allocators=allocators, scheduler=scheduler,
         timing=_timing(spec, model), make_requests=make, layout=layout,
         contiguous_max_len=contiguous[0] if contiguous else mml, prefix=_prefix(spec, mml), sampling=spec.sampling,
-        offload=_offload(spec, layout, bytes_per_slot), spec=spec, speculative=speculative,
+        offload=_offload(spec, layout, bytes_per_slot), sglang=_sglang(spec, scheduler), spec=spec,
+        speculative=speculative,
     )  # fmt: skip
+
+
+SGLANG_CHUNKED_PREFILL_SIZE = 8192  # server_args.py: chunked_prefill_size on a GPU of 60-160 GB
+# (H100, A100-80GB, H200: ServerArgs._handle_gpu_memory_settings); a flag gives another
+SGLANG_MAX_PREFILL_TOKENS = 16384  # server_args.py: max_prefill_tokens: int = 16384
+
+
+def _sglang(spec: WorkloadSpec, scheduler: SchedulerConfig) -> SglangConfig | None:
+    """SGLang's scheduler settings of an `engine: sglang` run: its flags, else its defaults; the
+    running batch's cap defaults to the scheduler's max_num_seqs (SGLang derives its own from the
+    pool at start-up: kvplan/model/sglang_memory.py, wired by the pool rule)."""
+    if spec.engine != "sglang":
+        return None
+    g = spec.sglang
+    if g is None:
+        g = SglangSpec()
+    chunk = SGLANG_CHUNKED_PREFILL_SIZE if g.chunked_prefill_size is None else g.chunked_prefill_size
+    return SglangConfig(
+        schedule_policy=g.schedule_policy, schedule_conservativeness=g.schedule_conservativeness,
+        chunked_prefill_size=0 if chunk == -1 else chunk,
+        max_prefill_tokens=SGLANG_MAX_PREFILL_TOKENS if g.max_prefill_tokens is None else g.max_prefill_tokens,
+        max_running_requests=scheduler.max_num_seqs if g.max_running_requests is None else g.max_running_requests,
+        radix_cache=not g.disable_radix_cache)  # fmt: skip
 
 
 def _speculative(spec: WorkloadSpec, model: ModelFacts | None, pool: PoolSpec):
@@ -282,6 +308,8 @@ def _timing(spec: WorkloadSpec, model: ModelFacts | None) -> TimingConfig:
             gemm_efficiency=given.get("flops_efficiency", c.gemm_efficiency),
             step_overhead_s=given["step_overhead_ms"] / 1000 if "step_overhead_ms" in given
             else c.step_overhead_s))
+    if step is not None and spec.engine == "sglang":
+        step = step.with_constants(engine_constants(step.constants, "sglang"))
     values["step"] = step
     layout, gpu = (model.layout, model.gpu) if model is not None else (None, None)
     if layout is not None:

@@ -145,6 +145,7 @@ def workload_schema() -> dict:
             {"enum": list(ROUTER_NAMES)},
             _closed({"policy": {"enum": list(ROUTER_NAMES)},
                      "sync_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+                     "gateway_s": {"type": "number", "minimum": 0, "maximum": 60},
                      "overlap_weight": WEIGHT, "index": {"enum": list(LLM_D_INDEXES)},
                      "prefix_weight": WEIGHT, "kv_cache_weight": WEIGHT, "queue_weight": WEIGHT,
                      "prefix_score": {"enum": list(PREFIX_SCORES)},
@@ -167,8 +168,18 @@ def workload_schema() -> dict:
                                ("method",),
                                "experiment serve: speculative decoding as vLLM's --speculative-config runs it, "
                                "with the acceptance rate of each draft position"),
+        "engine": {"enum": list(S.ENGINES), "description": "experiment serve: whose scheduler runs the requests "
+                                                          "(kvplan/sim/sglang.py for sglang)"},
+        "sglang": _closed({"schedule_policy": {"enum": list(S.SCHEDULE_POLICIES)},
+                           "schedule_conservativeness": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
+                           "chunked_prefill_size": {"type": "integer", "minimum": -1, "not": {"const": 0}},
+                           "max_prefill_tokens": COUNT,
+                           "max_running_requests": {"type": "integer", "minimum": 1, "maximum": 2**20},
+                           "disable_radix_cache": {"type": "boolean"}}, (),
+                          "engine: sglang: SGLang's scheduler flags (server_args.py names)"),
     }
     assert set(top) == set(S.TOP_KEYS)
+    assert set(top["sglang"]["properties"]) == set(S.SGLANG_KEYS)
     assert set(top["router"]["anyOf"][1]["properties"]) == set(ROUTER_KEYS)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "https://kvplan.dev/schema/workload.json", "title": "kvplan workload file",

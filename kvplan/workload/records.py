@@ -41,6 +41,21 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SglangConfig:
+    """SGLang's scheduler settings for a serve run with `engine: sglang` (kvplan/sim/sglang.py has
+    the rules, each from SGLang's source): lpm or fcfs, the new-token ratio's start (0.7 x
+    conservativeness, at most 1), chunked_prefill_size (0: no chunking), max_prefill_tokens,
+    max_running_requests, and whether the radix cache reuses prefixes."""
+
+    schedule_policy: str = "lpm"
+    schedule_conservativeness: float = 1.0
+    chunked_prefill_size: int = 8192
+    max_prefill_tokens: int = 16384
+    max_running_requests: int = 256
+    radix_cache: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class OffloadConfig:
     """A CPU tier of KV blocks per replica (vLLM's OffloadingConnector, native backend):
     `cpu_bytes` of host memory for the whole TP group of `world_size` GPUs, each GPU loading its
@@ -99,5 +114,6 @@ class Workload:
     sampling: "SamplingSpec | None" = None  # experiment sharing: its sampling groups
     offload: OffloadConfig | None = None  # serve and fleet: a CPU tier per replica
     speculative: "SpeculativeRun | None" = None  # serve: speculative decoding (kvplan/workload/build.py)
+    sglang: SglangConfig | None = None  # serve with engine: sglang (None: vLLM's scheduler)
     spec: "WorkloadSpec | None" = field(default=None, compare=False, repr=False)  # what it was built from
     #   (experiment fleet: spec.fleet, its replica groups, router and transfer link)

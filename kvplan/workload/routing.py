@@ -27,7 +27,7 @@ ROUTERS = {
 }
 ROUTER_NAMES = tuple(ROUTERS)
 # the keys a router mapping takes: every router's, and each policy's own
-COMMON_KEYS = ("policy", "sync_interval_s")
+COMMON_KEYS = ("policy", "sync_interval_s", "gateway_s")
 POLICY_KEYS = {
     "prefix_aware": ("overlap_weight",),
     "llm_d": ("index", "prefix_weight", "kv_cache_weight", "queue_weight", "prefix_score", "max_prefix_tokens"),
@@ -36,21 +36,38 @@ POLICY_KEYS = {
 ROUTER_KEYS = COMMON_KEYS + tuple(k for keys in POLICY_KEYS.values() for k in keys)
 LLM_D_INDEXES = ("approximate", "precise")
 PREFIX_SCORES = ("ratio", "min_max")
+MAX_PREFIX_BLOCKS = 256  # llm-d's approximate index matches at most this many blocks (maxPrefixBlocksToMatch)
 # How often each router's view of the replicas is refreshed, by default: llm-d's endpoint picker
 # scrapes every pod's metrics every 50 ms (its refreshMetricsInterval); the others every 0.1 s.
 SYNC_DEFAULT_S = {"llm_d": 0.05}
+# The gateway a router runs behind, as latency it adds to every request's TTFT and E2E (the client's
+# request crosses it before the replica sees it; a constant shift of every arrival, so the replicas'
+# dynamics are those without it). llm-d's scheduler is an endpoint picker (EPP) behind an Envoy
+# gateway's ext_proc filter: Envoy streams the request body to the EPP, which waits for its end,
+# parses it, schedules and answers with the pod. The EPP's own timings of that path, on a near-instant
+# backend with 220 KB prompts (llm-d/llm-d-router#1109, its instrumented run, averages per request):
+# header to first body chunk 8.19 ms, body parse 6.13 ms, director (scheduling) 10.94 ms: 25 ms, the
+# body stream's 260 ms left out (queueing at 1,200 concurrent requests: the same stack serves at most
+# ~130 requests/s, kubernetes-sigs/gateway-api-inference-extension#2928, where 20 concurrent requests
+# already see 158 ms). The other policies run without a gateway unless the file says so.
+GATEWAY_DEFAULT_S = {"llm_d": 0.025}
 
 
 @dataclass(frozen=True, slots=True)
 class RouterSpec:
     """`router:` of a fleet: a policy of ROUTERS, how stale its view of the replicas may be (None:
-    the policy's default, SYNC_DEFAULT_S), and each policy's own settings:
+    the policy's default, SYNC_DEFAULT_S), the latency of the gateway it runs behind, added to every
+    request's TTFT and E2E (None: the policy's default, GATEWAY_DEFAULT_S), and each policy's own
+    settings:
 
     - prefix_aware: `overlap_weight`, the weight of tokens to prefill against KV held (Dynamo's 1).
     - llm_d (llm-d's inference scheduler, llm-d/llm-d-inference-scheduler; its default profile weighs
       queue-scorer 1, kv-cache-utilization-scorer 1, prefix-cache-scorer 2): `index` approximate
       (the scheduler's own LRU of the prompt blocks it sent each pod, as many as the pod's KV blocks,
-      matching at most `max_prefix_tokens`, 256 blocks of 16 tokens) or precise (the pods' own caches,
+      matching at most `max_prefix_tokens`; None: 256 blocks of the replicas' block size, as the
+      gateway-api-inference-extension prefix plugin hashes the prompt's characters in blocks of 4 x
+      the pod's reported block size, maxPrefixBlocksToMatch 256 of them, pkg/epp/scheduling/framework/
+      plugins/multi/prefix/plugin.go at 6f84d17a, 2025-10-22) or precise (the pods' own caches,
       from vLLM's KV events); `prefix_score` ratio (matched / prompt blocks, llm-d since May 2026) or
       min_max (the precise scorer before: (hits - min) / (max - min) over the pods, 1 when equal).
     - sglang (SGLang's model gateway, its cache_aware policy and defaults): `cache_threshold` 0.3,
@@ -58,13 +75,14 @@ class RouterSpec:
 
     policy: str = "round_robin"
     sync_interval_s: float | None = None
+    gateway_s: float | None = None
     overlap_weight: float = 1.0
     index: str = "approximate"
     prefix_weight: float = 2.0
     kv_cache_weight: float = 1.0
     queue_weight: float = 1.0
     prefix_score: str = "ratio"
-    max_prefix_tokens: int = 4096
+    max_prefix_tokens: int | None = None
     cache_threshold: float = 0.3
     balance_abs_threshold: int = 64
     balance_rel_threshold: float = 1.5
@@ -72,12 +90,14 @@ class RouterSpec:
     def __post_init__(self) -> None:
         check_choice(self.policy, ROUTER_NAMES, "policy")
         check_float(self.sync_interval_s, "sync_interval_s", gt=0, le=3600, optional=True)
+        check_float(self.gateway_s, "gateway_s", ge=0, le=60, optional=True)
         check_float(self.overlap_weight, "overlap_weight", ge=0, le=1000)
         check_choice(self.index, LLM_D_INDEXES, "index")
         for key in ("prefix_weight", "kv_cache_weight", "queue_weight"):
             check_float(getattr(self, key), key, ge=0, le=1000)
         check_choice(self.prefix_score, PREFIX_SCORES, "prefix_score")
-        check_int(self.max_prefix_tokens, "max_prefix_tokens", ge=1, le=2**31)
+        if self.max_prefix_tokens is not None:
+            check_int(self.max_prefix_tokens, "max_prefix_tokens", ge=1, le=2**31)
         check_float(self.cache_threshold, "cache_threshold", ge=0, le=1)
         check_int(self.balance_abs_threshold, "balance_abs_threshold", ge=0, le=2**31)
         check_float(self.balance_rel_threshold, "balance_rel_threshold", ge=1, le=1000)
@@ -87,7 +107,13 @@ class RouterSpec:
         """The refresh interval this router runs with (its own, or the policy's default)."""
         return self.sync_interval_s if self.sync_interval_s is not None else SYNC_DEFAULT_S.get(self.policy, 0.1)
 
+    @property
+    def gateway_latency_s(self) -> float:
+        """The gateway's latency this router's requests see (its own, or the policy's default)."""
+        return self.gateway_s if self.gateway_s is not None else GATEWAY_DEFAULT_S.get(self.policy, 0.0)
+
     def to_dict(self) -> dict:
-        """The policy, its refresh interval and its own settings (the other policies' left out)."""
-        return {"policy": self.policy, "sync_interval_s": self.interval_s,
+        """The policy, its refresh interval, its gateway's latency and its own settings (the other
+        policies' left out)."""
+        return {"policy": self.policy, "sync_interval_s": self.interval_s, "gateway_s": self.gateway_latency_s,
                 **{k: getattr(self, k) for k in POLICY_KEYS.get(self.policy, ())}}

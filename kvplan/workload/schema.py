@@ -38,6 +38,8 @@ replicas: [{count: 2, gpu: L40S}, ...]  # experiment fleet: replica groups (kvpl
 router: round_robin           # experiment fleet: kvplan/workload/routing.ROUTERS (llm_d, sglang ...)
 transfer: {gb_per_s: 50, latency_s: 0.001, proxy_s: 0.005}  # experiment fleet, disaggregated: the KV link, the proxy
 offload: {kv_offloading_size: 8GiB, gb_per_s: 25}  # serve and fleet: a CPU KV tier per replica, its PCIe load bandwidth
+engine: vllm                  # serve: vllm | sglang (SGLang's scheduler and radix cache: kvplan/sim/sglang.py)
+sglang: {schedule_policy: lpm, chunked_prefill_size: 8192}  # engine: sglang: its flags (workloads/SCHEMA.md)
 ```
 
 The YAML file is one reader of the records in kvplan/workload/spec.py: `read_spec` checks every
@@ -63,7 +65,7 @@ from kvplan.workload.chunks import MAX_TOKENS
 from kvplan.workload.spec import (
     BEAM_PARENTS, DEFAULT_PROXY_S, EXPERIMENTS, GROUP_OVERRIDES, MAX_LINK_GB_PER_S, MAX_OFFLOAD_BYTES, MAX_REPLICAS,
     MAX_REQUESTS, MAX_SLO_S, MAX_SLOTS, MIN_OFFLOAD_GB_PER_S,
-    MIN_EFFICIENCY, POOL_ENGINES, POOL_KEYS, POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, SLO_KEYS, TIMING_MODELS,
+    MIN_EFFICIENCY, POOL_ENGINES, ENGINES, SCHEDULE_POLICIES, SglangSpec, POOL_KEYS, POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, SLO_KEYS, TIMING_MODELS,
     TOO_LONG, FleetSpec, GroupSpec, PoolRequest, PrefixSection, PrefixSpec, SamplingSpec, SchedulerSpec, SloSpec,
     SyntheticRequests, TimingSpec, TraceRequests, Transfer, WorkloadSpec, OffloadSpec, SpeculativeSpec,
 )  # fmt: skip
@@ -73,7 +75,7 @@ from kvplan.workload.yaml_nodes import YamlList, YamlMap, YamlNode, as_float, as
 
 TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "pool", "requests",
             "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router", "transfer", "slo",
-            "offload", "speculative")  # fmt: skip
+            "offload", "engine", "sglang", "speculative")  # fmt: skip
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
                   "swap_space", "swap_slots", "null_block", "prefix_caching",
                   "hybrid_kv_cache_manager", "allow_long_max_model_len")
@@ -85,6 +87,8 @@ GROUP_KEYS = ("name", "count", "role", *GROUP_OVERRIDES)
 TRANSFER_KEYS = ("gb_per_s", "latency_s", "proxy_s")
 OFFLOAD_KEYS = ("kv_offloading_size", "gb_per_s")
 SPECULATIVE_KEYS = ("method", "num_speculative_tokens", "acceptance")
+SGLANG_KEYS = ("schedule_policy", "schedule_conservativeness", "chunked_prefill_size", "max_prefill_tokens",
+               "max_running_requests", "disable_radix_cache")
 PREFIX_KEYS = ("system_prompts", "system_prompt_len", "popularity", "zipf_a", "turns", "sessions",
                "hash_block_size", "max_prompt_len")
 REPLAY_KEYS = ("max_running", "hold_output")  # experiment: prefix only
@@ -94,14 +98,32 @@ MAX_PREFIX_COUNT = 1 << 20  # system prompts, sessions, turns: beyond a million 
 _PREFIX_INTS = {"system_prompts": 0, "turns": 1, "sessions": 1, "hash_block_size": 1, "max_prompt_len": 1}
 
 
-def load_workload(path: str | Path, *, resolve_model: ResolveModel | None = None, seed: int | None = None) -> Workload:
+def load_workload(path: str | Path, *, resolve_model: ResolveModel | None = None, seed: int | None = None,
+                  engine: str | None = None) -> Workload:
     """Read and validate a workload file; requests are generated lazily by `make_requests()`.
-    `seed`: instead of the file's `seed:` (a fresh sample of the same traffic)."""
+    `seed`: instead of the file's `seed:` (a fresh sample of the same traffic); `engine`: instead
+    of its `engine:` (a refusal of the engine names `--engine`)."""
     spec = read_spec(path, seed=seed)
+    if engine is not None and engine != spec.engine:
+        spec = with_engine(spec, engine)
     try:
         return build_workload(spec, resolve_model)
     except KvplanError as exc:
         raise locate(exc, spec) from None
+
+
+def with_engine(spec: WorkloadSpec, engine: str) -> WorkloadSpec:
+    """`spec` served by `engine` (a command line's --engine), refused in one line naming the flag."""
+    from dataclasses import replace
+
+    from kvplan.errors import UsageError
+
+    try:
+        return replace(spec, engine=engine, sglang=spec.sglang if engine == "sglang" else None)
+    except KvplanError as exc:
+        where = f"{spec.path}: " if spec.path else ""
+        field = f"{exc.field}: " if exc.field and exc.field != "engine" else ""
+        raise UsageError(f"{where}{field}{exc.message}", field="--engine") from None
 
 
 def locate(exc: KvplanError, spec: WorkloadSpec) -> KvplanError:
@@ -145,6 +167,8 @@ def read_spec(path: str | Path, *, seed: int | None = None) -> WorkloadSpec:
         slo=_slo(doc.get_map("slo")) if "slo" in doc else None,
         offload=_offload(doc.get_map("offload")) if "offload" in doc else None,
         speculative=_speculative(doc.get_map("speculative")) if "speculative" in doc else None,
+        engine=doc.get_choice("engine", ENGINES, "vllm"),
+        sglang=_sglang(doc.get_map("sglang")) if "sglang" in doc else None,
         path=str(path), locate=Locator(doc),
     )
     if "allocators" in doc:
@@ -372,6 +396,24 @@ def _speculative(node: YamlMap) -> SpeculativeSpec:
     return _make(node, SpeculativeSpec, values)
 
 
+def _sglang(node: YamlMap) -> SglangSpec:
+    """`sglang: {schedule_policy, ...}`: SGLang's scheduler flags (engine: sglang)."""
+    node.expect_keys(*SGLANG_KEYS)
+    values = {}
+    if "schedule_policy" in node:
+        values["schedule_policy"] = node.get_choice("schedule_policy", SCHEDULE_POLICIES)
+    if "schedule_conservativeness" in node:
+        values["schedule_conservativeness"] = node.get_float("schedule_conservativeness", gt=0, le=100)
+    if "chunked_prefill_size" in node:
+        values["chunked_prefill_size"] = node.get_int("chunked_prefill_size", ge=-1, le=2**31)
+    for key, high in (("max_prefill_tokens", 2**31), ("max_running_requests", 2**20)):
+        if key in node:
+            values[key] = node.get_int(key, ge=1, le=high)
+    if "disable_radix_cache" in node:
+        values["disable_radix_cache"] = node.get_bool("disable_radix_cache")
+    return _make(node, SglangSpec, values)
+
+
 def _fleet(doc: YamlMap, base: Path) -> FleetSpec:
     """`replicas:` (groups whose keys mean what they mean at the top level), `router:`, `transfer:`."""
     items = doc.get_list("replicas")
@@ -409,7 +451,7 @@ def _fleet(doc: YamlMap, base: Path) -> FleetSpec:
 
 
 def _router(node: YamlNode) -> RouterSpec:
-    """`router: NAME`, or `{policy, sync_interval_s, ...}` with the policy's own keys
+    """`router: NAME`, or `{policy, sync_interval_s, gateway_s, ...}` with the policy's own keys
     (kvplan/workload/routing.py); a key of another policy is refused naming the one it belongs to."""
     from kvplan.workload.yaml_nodes import YamlScalar
 
@@ -424,6 +466,8 @@ def _router(node: YamlNode) -> RouterSpec:
     values = dict(policy=policy)
     if "sync_interval_s" in node:
         values["sync_interval_s"] = node.get_float("sync_interval_s", gt=0, le=3600)
+    if "gateway_s" in node:
+        values["gateway_s"] = node.get_float("gateway_s", ge=0, le=60)
     for owner, keys in POLICY_KEYS.items():
         for key in keys:
             if key not in node:

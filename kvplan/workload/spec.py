@@ -36,6 +36,8 @@ MIN_EFFICIENCY = 0.01  # no GPU serves at under 1% of its bandwidth or peak; bel
 MAX_REPLICAS = 256  # each replica keeps its own pool tables (a few MB with prefix caching): memory stays bounded
 ROLES = ("both", "prefill", "decode")
 PREEMPTIONS = ("recompute", "swap")
+ENGINES = ("vllm", "sglang")  # the serving engine whose scheduler a serve run follows (kvplan/sim/sglang.py)
+SCHEDULE_POLICIES = ("lpm", "fcfs")  # SGLang's --schedule-policy values kvplan models
 TIMING_MODELS = ("physical", "roofline")
 TOO_LONG = ("error", "clip")
 ARRIVAL_TRACES = ("sharegpt", "agentic", "vllm-bench")  # traces without timestamps of their own
@@ -500,6 +502,33 @@ class SpeculativeSpec:
         self.setting()
 
 
+@dataclass(frozen=True, slots=True)
+class SglangSpec:
+    """`sglang:` of a serve file with `engine: sglang`: SGLang's scheduler flags, with SGLang's names
+    (python/sglang/srt/server_args.py). None: SGLang's default (kvplan/sim/sglang.py says which).
+
+    `schedule_policy` lpm | fcfs; `schedule_conservativeness` scales the initial new-token ratio;
+    `chunked_prefill_size` the tokens of one prefill chunk (-1: no chunking); `max_prefill_tokens`
+    the tokens of one prefill batch; `max_running_requests` the running batch's cap (default:
+    scheduler.max_num_seqs); `disable_radix_cache` turns RadixAttention's prefix reuse off."""
+
+    schedule_policy: str = "lpm"
+    schedule_conservativeness: float = 1.0
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int | None = None
+    max_running_requests: int | None = None
+    disable_radix_cache: bool = False
+
+    def __post_init__(self) -> None:
+        check_choice(self.schedule_policy, SCHEDULE_POLICIES, "schedule_policy")
+        check_float(self.schedule_conservativeness, "schedule_conservativeness", gt=0, le=100)
+        if self.chunked_prefill_size is not None and self.chunked_prefill_size != -1:
+            check_int(self.chunked_prefill_size, "chunked_prefill_size", ge=1, le=2**31)
+        check_int(self.max_prefill_tokens, "max_prefill_tokens", ge=1, le=2**31, optional=True)
+        check_int(self.max_running_requests, "max_running_requests", ge=1, le=2**20, optional=True)
+        check_bool(self.disable_radix_cache, "disable_radix_cache")
+
+
 # ---- the workload --------------------------------------------------------------------------
 
 
@@ -530,6 +559,8 @@ class WorkloadSpec:
     slo: SloSpec | None = None  # serve and fleet: the limits goodput counts against
     offload: OffloadSpec | None = None  # serve and fleet: a CPU tier of KV blocks per replica
     speculative: SpeculativeSpec | None = None  # serve: speculative decoding (vLLM's --speculative-config)
+    engine: str = "vllm"  # serve: whose scheduler runs the requests (ENGINES)
+    sglang: SglangSpec | None = None  # engine sglang: its scheduler flags (None: SGLang's defaults)
     path: str = ""
     locate: Locate | None = field(default=None, compare=False, repr=False)
 
@@ -558,6 +589,34 @@ class WorkloadSpec:
             self._check_offload()
         if self.speculative is not None and self.experiment != "serve":
             raise _fail("speculative", f"applies to experiment: serve, and this is experiment: {self.experiment}")
+        self._check_engine()
+
+    def _check_engine(self) -> None:
+        """SGLang's scheduler (kvplan/sim/sglang.py) runs serve experiments on its token pool, with
+        RadixAttention and retraction; what it does not model is refused naming the key."""
+        check_choice(self.engine, ENGINES, "engine")
+        if self.sglang is not None and not isinstance(self.sglang, SglangSpec):
+            raise _fail("sglang", f"expected SGLang's scheduler flags, got {self.sglang!r}")
+        if self.engine == "vllm":
+            if self.sglang is not None:
+                raise _fail("sglang", "applies to engine: sglang")
+            return
+        if self.experiment != "serve":
+            raise _fail("engine", f"sglang runs serve experiments only, and this is experiment: {self.experiment}")
+        if self.offload is not None:
+            raise _fail("offload", "a CPU tier is vLLM's offloading connector; engine: sglang runs without one")
+        if self.speculative is not None:
+            raise _fail("speculative", "is modelled on vLLM's scheduler; engine: sglang runs without it")
+        if self.pool.gpu_memory_utilization is not None:
+            raise _fail("pool.gpu_memory_utilization", "sizes vLLM's start-up pool; for engine: sglang give the pool "
+                                                       "SGLang starts with as pool.slots (kvplan size MODEL --gpu GPU "
+                                                       "--engine sglang prints max_total_num_tokens)")
+        if self.scheduler.preemption != "recompute":
+            raise _fail("scheduler.preemption", "SGLang retracts requests (their KV is dropped and recomputed): "
+                                                "engine: sglang takes preemption: recompute")
+        if self.allocators != (AllocatorSpec("paged", block_size=16),):
+            raise _fail("allocators", "SGLang's pool is its own (token slots, page size 1): leave allocators "
+                                      "out with engine: sglang")
 
     def _check_offload(self) -> None:
         """Where a CPU tier cannot apply, refused naming `offload` (vLLM's connector stores and

@@ -111,6 +111,14 @@ def spec_yaml(spec: WorkloadSpec) -> str:
         lines.append(f"timing: {_flow((k, v if isinstance(v, str) else _scalar(v)) for k, v in changed)}")
     if spec.slo is not None:
         lines.append(f"slo: {_flow((k, _scalar(v)) for k, v in spec.slo.to_dict().items() if v is not None)}")
+    if spec.engine != "vllm":
+        lines.append(f"engine: {spec.engine}")
+    if spec.sglang is not None:
+        from kvplan.workload.spec import SglangSpec
+
+        changed = _changed(spec.sglang, SglangSpec())
+        if changed:
+            lines.append(f"sglang: {_flow(changed)}")
     if spec.offload is not None:
         o = spec.offload
         lines.append(f"offload: {_flow([('kv_offloading_size', o.kv_offloading_size), ('gb_per_s', _scalar(o.gb_per_s))])}")

@@ -1,0 +1,280 @@
+"""What SGLang allocates at start-up: the KV pool's tokens, max_running_requests, and whether it starts.
+
+Read from SGLang's own source (sgl-project/sglang, python/sglang/srt):
+
+1. mem_fraction_static, when not given (`ServerArgs.__post_init__`, later
+   `ServerArgs._handle_gpu_memory_settings`), from `gpu_mem`, the device's total memory in MiB as
+   `get_device_memory_capacity` reads it: `get_nvgpu_memory_capacity` runs `nvidia-smi
+   --query-gpu=memory.total` (the minimum over the visible GPUs), so the tiers and the fraction
+   use nvidia-smi's total (gpus.GPU.memory_bytes: 46,068 MiB on an L40S), not CUDA's smaller
+   one, which only the free memory before loading reflects. Read in three eras (`release_rules`):
+   - before 0.4.7 (sgl-project/sglang#2044 and earlier): by the parallel size alone, 0.88 at
+     tp=1, 0.87 at 2, 0.85 at 4, 0.81 at 8, 0.79 at 16; chunked_prefill_size 2048 below
+     25,000 MiB, else 8192; cuda_graph_max_bs 8 (80 at tp >= 4) below 25,000 MiB, else 160.
+   - 0.4.7 to 0.5.2 (sgl-project/sglang#7054, 2025-06-10, "Simplify the heuristics"): a reserve
+     by memory tier, (2.8 + parallel/10) GiB below 35 GiB, (9.5 + parallel/2) GiB below 90 GiB,
+     (12 + parallel/2) GiB below 160 GiB, else 32 GiB; mem_fraction_static =
+     round((gpu_mem - reserve) / gpu_mem, 3); chunked_prefill_size 2048 below 35 GiB, 8192 below
+     160 GiB, else 16384.
+   - 0.5.3 on (sgl-project/sglang#10975, 2025-09-27, "more general heuristics"): chunked_prefill_size
+     and cuda_graph_max_bs by tier (below 20 GiB 2048/8; below 35 GiB 2048/24, 80 at tp >= 4;
+     below 60 GiB 4096/32, 160 at tp >= 4; below 160 GiB 8192/256, 512 at tp >= 4; else
+     16384/512), then reserve (MiB) = 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x
+     cuda_graph_max_bs + 1024 x tp x pp / 8, at least 10 GiB on GPUs above 60 GiB, and
+     mem_fraction_static = round((gpu_mem - reserve) / gpu_mem, 3). (Later releases add a
+     reserve for piecewise CUDA graphs when they are on; not modelled here.)
+   The releases of each era are taken from the merge dates (0.4.7 and 0.5.3 are the first
+   releases after them); `release_at` gives the era a log of a given date can have run. This
+   module follows the 0.5.3-on rule by default (SGLANG_RELEASE); `release` picks another era.
+   Multimodal models lower the fraction further (`adjust_mem_fraction_for_vlm`): not modelled.
+
+2. The pool (`ModelRunner.profile_max_num_token`, later model_runner_kv_cache_mixin.py):
+       rest = post_load - pre_load x (1 - mem_fraction_static)          [GB of 2^30 bytes]
+       max_total_num_tokens = int(rest x 2^30) // cell_size, then // page_size x page_size
+   where pre_load is the free memory before the weights load (the minimum over the TP ranks),
+   post_load the free memory after, and cell_size the KV bytes of one token on one rank: K and V
+   of the KV heads per rank over every attention layer (`get_num_kv_heads(tp)` keeps at least one
+   head), or for MLA models (DeepSeek) the latent kv_lora_rank + qk_rope_head_dim over every layer,
+   not split by TP. So the pool is pre_load x mem_fraction_static less the weights: the activations
+   and CUDA graphs live in the share the fraction leaves, which is why SGLang's start-up never
+   fails for them at sizing time. pre_load is the GPU's memory less what the process holds before
+   the weights: the CUDA context, and at tp > 1 the distributed init (CUDA_CONTEXT, dist_init).
+
+3. max_running_requests: max_num_reqs = min(max(int(tokens / context_len x 512), 2048), 4096)
+   (`init_memory_pool`, later `_resolve_max_num_reqs`), the req_to_token pool holds max_num_reqs
+   rows, and the scheduler runs min(tokens // 2, that pool) when --max-running-requests is not
+   given (`TpModelWorker.__init__`), else min(the given, that pool). The 0.3-0.4 source builds
+   `ReqToTokenPool(size=max_num_reqs + 1)` and the scheduler takes min(..., its size), so those
+   releases print 2049 or 4097 (logs dated up to 2025-05 do); the 0.4.7-era source builds
+   `size=max_num_reqs` (logs from 2025-07 print 2048). The release of that change is not pinned:
+   it is taken as 0.4.7, with the fraction's rule.
+   A pool of no tokens fails: "Not enough memory. Please try to increase --mem-fraction-static."
+
+Sliding-window layers are counted as full layers, as SGLang does for models outside its hybrid
+SWA pool; models with recurrent state, and those SGLang runs on a hybrid SWA pool (Gemma 3,
+Llama 4, gpt-oss), are not modelled yet (UsageError).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from kvplan.errors import UsageError
+
+GiB = 2**30
+MiB = 2**20
+SGLANG_RELEASE = "0.5.3"  # the release whose rules apply by default (the rule of sgl-project/sglang#10975)
+ERAS = ((0, 4, 7), (0, 5, 3))  # the first release of the 0.4.7 rule and of the 0.5.3 rule
+# Held by the process before the weights load (outside pre_load): the CUDA context, and at tp > 1
+# what init_torch_distributed allocates, which SGLang logs as "Init torch distributed ends. mem
+# usage=X GB". Read off SGLang's own logs (the sources are CALIBRATION in
+# bench/sglang_memory_fidelity.py, reported apart from the held-out ones):
+# - the context: 4 x L4 at tp=4 log "Load weight begin. avail mem=21.63 GB" after a distributed
+#   init of 0.13 GB, against CUDA's 22.05 GiB: 22.05 - 21.63 - 0.13 = 0.29 GiB
+#   (https://github.com/didier-durand/llms-in-clouds, docs/sglang.md);
+# - the distributed init on PCIe GPUs (no NVLink: SGLang disables its custom all-reduce "on more
+#   than two PCIe-only GPUs", NCCL allocates lazily): 0.13 GiB, the same log;
+# - on NVLink GPUs SGLang's custom all-reduce buffers and NCCL's NVLink SHARP buffers come up at
+#   init: 1.77-2.01 GB on the eight ranks of an 8 x H200 node
+#   (https://github.com/sgl-project/sglang/pull/11716), 2.0 GiB taken.
+CUDA_CONTEXT = int(0.29 * GiB)
+DIST_INIT_PCIE = int(0.13 * GiB)
+DIST_INIT_NVLINK = int(2.0 * GiB)
+NVLINK_BYTES_PER_S = 64e9  # faster GPU-to-GPU links than PCIe Gen5 x16 are NVLink
+
+
+def dist_init(tp: int, link_bytes_per_s: float) -> int:
+    """What SGLang's distributed init holds on each of `tp` ranks (see CUDA_CONTEXT)."""
+    if tp <= 1:
+        return 0
+    return DIST_INIT_NVLINK if link_bytes_per_s > NVLINK_BYTES_PER_S else DIST_INIT_PCIE
+DEFAULT_PAGE_SIZE = 1
+HYBRID_SWA_TYPES = ("gemma3", "gemma3_text", "llama4", "llama4_text", "gpt_oss", "mimo")
+
+
+def release_version(release: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of an SGLang release as written ("0.4.3.post2", "v0.5.4"); UsageError otherwise."""
+    match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,3}))?(?:\.post\d+|rc\d+|\.dev\d+)*", str(release).strip())
+    if not match:
+        raise UsageError(f"expected an SGLang release such as {SGLANG_RELEASE} or 0.4.6.post1, got "
+                         f"{str(release)[:40]!r}", field="--sglang-version")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRules:
+    """What changes in SGLang's start-up memory between releases (the module docstring)."""
+
+    release: str
+    era: str  # "0.4" (before 0.4.7), "0.4.7" (to 0.5.2) or "0.5.3" (on)
+    req_pool_extra: int  # rows the req_to_token pool holds beyond max_num_reqs (1 before 0.4.7)
+
+
+# The merge dates of the pull requests that brought each era's mem_fraction_static rule: a log dated
+# before one cannot have run its rule (the log's own timestamps; used where it states no release).
+ERA_MERGED = (("2025-06-10", "0.4.7"), ("2025-09-27", "0.5.3"))  # sgl-project/sglang#7054, #10975
+
+
+def release_at(date: str | None) -> str:
+    """The era (as a release) a log of `date` ("YYYY-MM-DD") can have run; the current rules when unknown.
+    A log dated after a merge may still run an older release: the corpus records the release where
+    a log states it."""
+    if not date:
+        return SGLANG_RELEASE
+    era = "0.4.0"
+    for merged, release in ERA_MERGED:
+        if str(date) >= merged:
+            era = release
+    return era
+
+
+def release_rules(release: str) -> ReleaseRules:
+    version = release_version(release)
+    era = "0.5.3" if version >= ERAS[1] else "0.4.7" if version >= ERAS[0] else "0.4"
+    return ReleaseRules(str(release).strip(), era, 1 if era == "0.4" else 0)
+
+
+def batch_defaults(gpu_mem_mib: float, tp: int, era: str) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) SGLang sets for a GPU of `gpu_mem_mib` MiB."""
+    if era == "0.4":
+        small = gpu_mem_mib < 25_000
+        return (2048, 8 if tp < 4 else 80) if small else (8192, 160)
+    if era == "0.4.7":
+        if gpu_mem_mib < 35 * 1024:
+            return 2048, 8 if tp < 4 else 80
+        # the capture list of cuda_graph_runner: up to 160, to 256 above 96 GiB
+        return (8192 if gpu_mem_mib < 160 * 1024 else 16384), (256 if gpu_mem_mib > 96 * 1024 else 160)
+    big = tp >= 4
+    if gpu_mem_mib < 20 * 1024:
+        return 2048, 8
+    if gpu_mem_mib < 35 * 1024:
+        return 2048, 80 if big else 24
+    if gpu_mem_mib < 60 * 1024:
+        return 4096, 160 if big else 32
+    if gpu_mem_mib < 160 * 1024:
+        return 8192, 512 if big else 256
+    return 16384, 512
+
+
+def default_mem_fraction(gpu_mem_mib: float, tp: int, era: str, chunked_prefill_size: int,
+                         cuda_graph_max_bs: int, pp: int = 1) -> tuple[float, str]:
+    """SGLang's default mem_fraction_static, and why, in words (the module docstring)."""
+    parallel = tp * pp
+    if era == "0.4":
+        table = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
+        value = next(f for n, f in table if parallel >= n)
+        return value, f"SGLang's default for tp x pp = {parallel} (releases before 0.4.7)"
+    if era == "0.4.7":
+        if gpu_mem_mib < 35 * 1024:
+            reserve = (2.8 + parallel / 10) * 1024
+        elif gpu_mem_mib < 90 * 1024:
+            reserve = (9.5 + parallel / 2) * 1024
+        elif gpu_mem_mib < 160 * 1024:
+            reserve = (12 + parallel / 2) * 1024
+        else:
+            reserve = 32 * 1024
+    else:
+        reserve = 512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 + parallel / 8 * 1024
+        if gpu_mem_mib > 60 * 1024:
+            reserve = max(reserve, 10 * 1024)
+    value = round((gpu_mem_mib - reserve) / gpu_mem_mib, 3)
+    return value, (f"SGLang's default: {reserve / 1024:.2f} GiB of the GPU's {gpu_mem_mib / 1024:.2f} GiB kept for "
+                   f"activations and CUDA graphs (the {era} rule)")
+
+
+def cell_size(layout) -> int:
+    """KV bytes of one token on one rank, as SGLang's pool lays it out (the module docstring)."""
+    total = 0
+    for g in layout.groups:
+        if g.kind == "state":
+            raise UsageError("models with recurrent state (Mamba, gated DeltaNet) are not modelled for engine "
+                             "sglang yet", field="--engine")
+        total += g.bytes_per_token  # sliding layers as full ones
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class SGLangMemory:
+    """SGLang's start-up memory on one GPU and what follows from it; bytes unless named otherwise."""
+
+    release: str
+    gpu_memory: int  # the device's memory as CUDA reports it
+    mem_fraction_static: float
+    mem_fraction_reason: str
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    pre_load: int  # free before the weights load (pre_model_load_memory)
+    weights: int  # this rank's weights
+    post_load: int  # free after the weights load
+    kv_pool: int  # rest: what the token pool may take
+    cell_size: int  # KV bytes per token on this rank
+    max_total_num_tokens: int
+    context_len: int
+    max_num_reqs: int  # the req_to_token pool's rows for requests
+    max_running_requests: int
+    page_size: int
+    starts: bool
+    reason: str | None  # why it does not start, in SGLang's words
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def max_running(tokens: int, context_len: int, extra_rows: int = 0, given: int | None = None) -> int:
+    """max_running_requests of a pool of `tokens` (the module docstring, rule 3): the req_to_token
+    pool holds min(max(int(tokens / context_len x 512), 2048), 4096) rows (+ `extra_rows` before
+    0.4.7), and the scheduler runs min(tokens // 2, those rows), or min(`given`, those rows)."""
+    rows = min(max(int(tokens / context_len * 512), 2048), 4096) + extra_rows
+    return min(tokens // 2 if given is None else given, rows)
+
+
+def not_enough_memory(mem_fraction_static: float) -> str:
+    return ("Not enough memory. Please try to increase --mem-fraction-static. "
+            f"Current value: mem_fraction_static={mem_fraction_static}")
+
+
+def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_len: int,
+                   release: str = SGLANG_RELEASE, mem_fraction_static: float | None = None,
+                   chunked_prefill_size: int | None = None, max_running_requests: int | None = None,
+                   page_size: int = DEFAULT_PAGE_SIZE, model_type: str = "",
+                   pre_load: int | None = None, link_bytes_per_s: float = 0.0,
+                   smi_memory: int | None = None) -> SGLangMemory:
+    """SGLang's pool on one GPU: `layout` the per-rank KV layout (kvplan.model.build.build_layout with
+    the KV dtype and tp), `weights` this rank's weight bytes, `gpu_memory` the device's memory as
+    CUDA reports it, `context_len` the model's (or --context-length), the overrides as SGLang's
+    flags, `link_bytes_per_s` the GPU's link to its peers (gpus.GPU.link_bytes_per_s: NVLink or PCIe);
+    `pre_load` replaces the modelled free memory before loading (a log's own figure); `smi_memory`
+    the device's memory.total as nvidia-smi prints it (gpus.GPU.memory_bytes), from which SGLang
+    sets its fraction and batch defaults (rule 1), `gpu_memory` when not given."""
+    if mem_fraction_static is not None and not 0 < mem_fraction_static <= 1:
+        raise UsageError(f"expected a fraction in (0, 1], got {mem_fraction_static}", field="--mem-fraction-static")
+    if model_type in HYBRID_SWA_TYPES:
+        raise UsageError(f"{model_type} runs on SGLang's hybrid sliding-window pool, not modelled for engine "
+                         "sglang yet", field="--engine")
+    rules = release_rules(release)
+    gpu_mem_mib = (smi_memory or gpu_memory) / MiB
+    chunk, graph_bs = batch_defaults(gpu_mem_mib, tp, rules.era)
+    chunk = chunked_prefill_size if chunked_prefill_size is not None else chunk
+    if mem_fraction_static is None:
+        fraction, why = default_mem_fraction(gpu_mem_mib, tp, rules.era, chunk, graph_bs)
+    else:
+        fraction, why = mem_fraction_static, "as --mem-fraction-static gives it"
+    if pre_load is None:
+        pre_load = gpu_memory - CUDA_CONTEXT - dist_init(tp, link_bytes_per_s)
+    post_load = pre_load - weights
+    cell = cell_size(layout)
+    rest = post_load / GiB - pre_load / GiB * (1 - fraction)
+    tokens = max(int(rest * GiB) // cell, 0) if cell else 0
+    tokens = tokens // page_size * page_size
+    estimated = min(max(int(tokens / context_len * 512), 2048), 4096)
+    running = max_running(tokens, context_len, rules.req_pool_extra, max_running_requests)
+    reason = None
+    if weights > gpu_memory:
+        reason = (f"CUDA out of memory while loading the weights: they need {weights / GiB:.2f} GiB on each GPU, "
+                  f"and the GPU has {gpu_memory / GiB:.2f} GiB.")
+    elif tokens <= 0:
+        reason = not_enough_memory(fraction)
+    return SGLangMemory(rules.release, gpu_memory, fraction, why, chunk, graph_bs, pre_load, weights, post_load,
+                        max(int(rest * GiB), 0), cell, tokens, context_len, estimated, running, page_size,
+                        reason is None, reason)

@@ -1,0 +1,98 @@
+"""`kvplan size --engine sglang` as one library call: resolve, lay out, weigh, and size SGLang's pool."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.errors import ConfigError, UsageError
+from kvplan.model.dtypes import KV_DTYPE_CHOICES
+from kvplan.model.sglang_memory import SGLANG_RELEASE, SGLangMemory, startup_memory
+
+# kvplan size's options that only vLLM has, with the value that means "not given".
+VLLM_ONLY = {"gpu_memory_utilization": ("--gpu-memory-utilization", None), "kv_memory": ("--kv-memory", None),
+             "block_size": ("--block-size", 16), "max_num_batched_tokens": ("--max-num-batched-tokens", None),
+             "max_num_seqs": ("--max-num-seqs", None), "enforce_eager": ("--enforce-eager", False),
+             "enable_prefix_caching": ("--no-enable-prefix-caching", True), "flashinfer": ("--no-flashinfer", True),
+             "allow_long_max_model_len": ("--allow-long-max-model-len", False),
+             "mxfp4_backend": ("--mxfp4-backend", "auto")}
+# ... and those only SGLang has.
+SGLANG_ONLY = {"mem_fraction_static": ("--mem-fraction-static", None), "sglang_version": ("--sglang-version", None),
+               "chunked_prefill_size": ("--chunked-prefill-size", None),
+               "max_running_requests": ("--max-running-requests", None)}
+
+
+def refuse_other_engine(engine: str, options: dict, vllm_version_given: bool = False) -> None:
+    """One UsageError naming a flag of the other engine (vLLM's with --engine sglang, SGLang's without)."""
+    if engine == "sglang":
+        for key, (flag, unset) in VLLM_ONLY.items():
+            if key in options and options[key] != unset:
+                raise UsageError("is vLLM's; with --engine sglang give SGLang's flags (--mem-fraction-static, "
+                                 "--chunked-prefill-size, --max-running-requests)", field=flag)
+        if vllm_version_given:
+            raise UsageError("is vLLM's; with --engine sglang give --sglang-version", field="--vllm-version")
+        return
+    for key, (flag, unset) in SGLANG_ONLY.items():
+        if options.get(key, unset) != unset:
+            raise UsageError("applies with --engine sglang only", field=flag)
+
+
+@dataclass(frozen=True, slots=True)
+class SGLangRun:
+    """What `kvplan size --engine sglang` prints, as data."""
+
+    model: str
+    gpu: str
+    tp: int
+    kv_dtype: str
+    weights_scheme: str
+    params: int
+    memory: SGLangMemory
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        m = self.memory
+        return {"model": self.model, "engine": "sglang", "gpu": self.gpu, "tp": self.tp, "kv_dtype": self.kv_dtype,
+                "sglang_version": m.release, "weight_bytes": m.weights, "params": self.params,
+                "weights_scheme": self.weights_scheme, "mem_fraction_static": m.mem_fraction_static,
+                "mem_fraction_reason": m.mem_fraction_reason, "chunked_prefill_size": m.chunked_prefill_size,
+                "cuda_graph_max_bs": m.cuda_graph_max_bs, "gpu_memory_bytes": m.gpu_memory,
+                "pre_load_bytes": m.pre_load, "kv_pool_bytes": m.kv_pool, "bytes_per_token": m.cell_size,
+                "max_total_num_tokens": m.max_total_num_tokens, "context_len": m.context_len,
+                "max_running_requests": m.max_running_requests, "page_size": m.page_size, "fits": m.starts,
+                "reason": m.reason, "notes": list(self.notes)}
+
+
+def sglang_size(model: str, *, gpu: str, tp: int = 1, kv_dtype: str = "auto", quantization: str | None = None,
+                context_length: int | None = None, mem_fraction_static: float | None = None,
+                chunked_prefill_size: int | None = None, max_running_requests: int | None = None,
+                sglang_version: str | None = None) -> SGLangRun:
+    """SGLang's start-up on `tp` GPUs of kind `gpu` (kvplan/model/sglang_memory.py); bad options raise
+    KvplanError naming the option."""
+    from kvplan.model.build import build_layout
+    from kvplan.model.gpus import get_gpu
+    from kvplan.model.resolve import load_spec
+    from kvplan.model.weights import estimate_weights
+
+    if kv_dtype not in KV_DTYPE_CHOICES:
+        raise UsageError(f"expected one of {', '.join(KV_DTYPE_CHOICES)}, got {kv_dtype!r}", field="--kv-dtype")
+    for flag, value in (("--chunked-prefill-size", chunked_prefill_size),
+                        ("--max-running-requests", max_running_requests)):
+        if value is not None and not 1 <= value <= 2**31:
+            raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=flag)
+    gpu_spec = get_gpu(gpu)
+    spec = load_spec(model)
+    layout = build_layout(spec, kv_dtype, tp)
+    weights = estimate_weights(spec, quantization)
+    context = context_length or spec.max_context
+    if context is None:
+        raise ConfigError("missing; the config states no context length, so give --tokens (SGLang's "
+                          "--context-length)", file=spec.source, field="max_position_embeddings")
+    memory = startup_memory(layout=layout, weights=weights.bytes_per_gpu(tp, gpu_spec), gpu_memory=gpu_spec.cuda_memory_bytes,
+                            tp=tp, context_len=context, release=sglang_version or SGLANG_RELEASE,
+                            mem_fraction_static=mem_fraction_static, chunked_prefill_size=chunked_prefill_size,
+                            max_running_requests=max_running_requests, model_type=spec.model_type,
+                            link_bytes_per_s=gpu_spec.link_bytes_per_s, smi_memory=gpu_spec.memory_bytes)
+    notes = [spec.dtype_note] if spec.dtype_note else []
+    if weights.scheme != "none":
+        notes.append(f"weights as loaded: {weights.scheme}")
+    return SGLangRun(model, gpu_spec.name, tp, layout.kv_dtype, weights.scheme, weights.params, memory, tuple(notes))
