@@ -31,7 +31,8 @@ def with_speculation(seed: int, big: bool = False):
     draft = None
     if wl.timing.step is not None:
         model = None if method == "ngram" else random_step_model(rng)
-        draft = Draft(model, float(rng.integers(0, 3000)) * 1e-12, 0, 0)
+        host = float(np.random.default_rng([seed, 8]).integers(0, 3000)) * 1e-9  # the proposer's floor
+        draft = Draft(model, float(rng.integers(0, 3000)) * 1e-12, 0, 0, host)
     return replace(wl, speculative=SpeculativeRun(setting, draft)), spec, points
 
 
@@ -164,11 +165,13 @@ def test_mtp_of_deepseek_v3_keeps_one_mla_layer():
 def test_speedup_shrinks_as_the_verify_forward_turns_compute_bound():
     """A dense 8B model on an H100: 4 tokens a request verified at batch 256 is 1,024 tokens, well
     past the GEMMs' ridge (~350 tokens: MAMF / (HBM x efficiency)), so the verify step costs far more
-    than the plain one and the speedup falls; at batch 1 it is memory-bound and near 1 + accepted."""
+    than the plain one and the speedup falls; at batch 1 it is memory-bound: 1 + 1.713 tokens
+    (0.745 + 0.745^2 + 0.745^3) a step of the plain ~6.9 ms plus three passes of the proposer's
+    0.88 ms (DRAFT_PASS_HOST_S, above the head's GPU pass), 2.713 x 6.9 / 9.5 ~ 1.97 > 1.8."""
     curve = {row["batch"]: row["speedup"] for row in
              spec_step("meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", "eagle3", 3, 1)["by_batch"]}
     assert curve[256] < curve[64] < curve[1]
-    assert curve[1] > 2.0 and curve[256] < 1.6
+    assert curve[1] > 1.8 and curve[256] < 1.6
 
 
 def test_nothing_accepted_is_slower_than_no_speculation():
@@ -230,22 +233,62 @@ def test_the_section_round_trips_through_yaml_and_the_json_schema(tmp_path):
     assert tuple(props) == SPECULATIVE_KEYS
 
 
-def test_corpus_rows_are_cited_and_vllm_rows_are_predicted_within_the_target():
-    """tests/data/speculative_measurements.yaml: every row names its source and setting; kvplan's
-    step model predicts the vLLM rows' speedups (the engine it models) with a median error within
-    the issue's 15% (bench/speculative_fidelity.py prints every row)."""
+def test_corpus_rows_are_cited_and_held_out_vllm_rows_are_predicted_within_the_target():
+    """tests/data/speculative_measurements.yaml: every row names its source and setting; a third of
+    the sources is held out (by source) and kvplan's step model predicts the held-out vLLM rows
+    (the engine it models) with a median error within the issue's 15%, and all vLLM rows too
+    (bench/speculative_fidelity.py prints every row, per source and regime)."""
     import statistics
     from pathlib import Path
 
     import yaml
 
-    from bench.speculative_fidelity import predict
+    import kvplan.model.speculative as speculative
+    from bench.speculative_fidelity import held_out_sources, predict_with
 
     rows = yaml.safe_load((Path(__file__).parent / "data" / "speculative_measurements.yaml").read_text())["rows"]
     keys = {"source", "engine", "model", "gpu", "tp", "method", "k", "batch", "context", "speedup"}
     assert rows and all(keys <= set(r) and r["source"].startswith("https://") for r in rows)
-    errors = [abs(predict(r) / r["speedup"] - 1) for r in rows if r["engine"] == "vllm"]
-    assert len(errors) >= 5 and statistics.median(errors) <= 0.15
+    sources = {r["source"] for r in rows}
+    held = held_out_sources(rows)
+    assert held < sources and len(held) == (len(sources) + 2) // 3
+    vllm = [r for r in rows if r["engine"] == "vllm"]
+    errors = [abs(p / r["speedup"] - 1) for r, p in zip(vllm, predict_with(vllm, speculative.DRAFT_PASS_HOST_S))]
+    held_errors = [e for e, r in zip(errors, vllm) if r["source"] in held]
+    assert len(held_errors) >= 5 and statistics.median(held_errors) <= 0.15
+    assert statistics.median(errors) <= 0.15
+
+
+def test_the_proposer_time_per_pass_is_read_off_vllm_20780():
+    """DRAFT_PASS_HOST_S is the mean of the least-squares slopes of the step time (TPOT x acceptance
+    length) over K in vllm-project/vllm#20780 (Llama-3.1-8B, batch 1, K = 2..7): EAGLE-1 0.740 ms
+    and EAGLE-3 1.016 ms a draft, 0.878 ms; the constant keeps two digits."""
+    from kvplan.model.speculative import DRAFT_PASS_HOST_S
+
+    ks = [2, 3, 4, 5, 6, 7]
+    runs = {"eagle": ([4.37, 4.29, 4.48, 4.71, 4.94, 5.2], [2.1, 2.29, 2.39, 2.43, 2.45, 2.47]),
+            "eagle3": ([4.32, 4.09, 4.05, 4.13, 4.2, 4.29], [2.36, 2.79, 3.08, 3.32, 3.46, 3.54])}
+    slopes = []
+    for tpot, al in runs.values():
+        step = [t * a for t, a in zip(tpot, al)]
+        mk, ms = sum(ks) / 6, sum(step) / 6
+        slopes.append(sum((k - mk) * (s - ms) for k, s in zip(ks, step)) / sum((k - mk) ** 2 for k in ks))
+    assert abs(slopes[0] - 0.740) < 1e-3 and abs(slopes[1] - 1.016) < 1e-3
+    assert abs(DRAFT_PASS_HOST_S * 1e3 - sum(slopes) / 2) < 0.005
+
+
+def test_a_draft_pass_takes_the_longer_of_its_gpu_work_and_the_proposer():
+    """pass = max(fixed + linear, host) + per request + KV + attention (Draft.pass_s): with the host
+    time far above the GPU's the pass is the host time plus the per-request, KV and attention terms;
+    with none it is the GPU's sum."""
+    rng = np.random.default_rng(5)
+    m = random_step_model(rng)
+    gpu = Draft(m, 0.0, 0, 0, 0.0)
+    slow = Draft(m, 0.0, 0, 0, 1.0)
+    rest = m.gpu_per_request_s * 3 + m.kv_read_s_per_token * 700 + m.attention_s_per_pair * 11
+    assert gpu.pass_s(4, 3, 700, 11) == pytest.approx(m.gpu_overhead_s + m.per_token_s(4) + rest)
+    assert slow.pass_s(4, 3, 700, 11) == pytest.approx(1.0 + rest)
+    assert slow.pass_s(0, 3, 700, 11) == 0.0
 
 
 def _speculate(wl, seed: int):

@@ -38,10 +38,15 @@ lookahead, max_model_len) slots. EagleProposer.propose: one forward over the ste
 
 With an EAGLE-style drafter vLLM's prefix cache gives up the last block of a hit
 (vllm/v1/core/single_type_kv_cache_manager.py, find_longest_cache_hit with use_eagle), and so does
-the serve engine. Not modelled: n-gram proposes nothing when the context has no match (its steps
-then verify one token; fold that into its acceptance); newer releases' parallel drafting (one
-pass for all k drafts, Model Runner V2); tree drafting (SGLang's topk > 1); the rejection
-sampler's and the n-gram matcher's host time; a draft TP other than the target's.
+the serve engine. A draft pass takes the longer of its GPU work and the proposer's own time per
+pass (DRAFT_PASS_HOST_S: the V1 model runner's Python loop between the draft's graph replays).
+Not modelled: n-gram proposes nothing when the context has no match (its steps then verify one
+token; fold that into its acceptance); Model Runner V2's multi-step drafting in one CUDA graph
+(vllm-project/vllm#29559, opt-in with VLLM_USE_V2_MODEL_RUNNER=1: no per-pass host time) and
+parallel drafting; tree drafting (SGLang's topk > 1); the step's fixed speculative host time
+(the sync after sampling, the rejection sampler, the first pass's metadata: vllm#20780's step
+time at K -> 0 is 0.6-1.3 ms above the plain one, not charged, so batch-1 speedups with few
+drafts come out a few % high); the n-gram matcher's host time; a draft TP other than the target's.
 
 Acceptance per position (vLLM's spec-decode metrics, vllm/v1/spec_decode/metrics.py: "acceptance
 rate per position" = accepted at position i / drafts): the probability that a step accepts at
@@ -156,6 +161,20 @@ def make_speculative(method: str, k: int | None, acceptance=None, *, field: str 
 
 EAGLE3_DRAFT_VOCAB = 32000  # yuhuili/EAGLE3-LLaMA3.1-Instruct-8B config.json: draft_vocab_size
 
+# The proposer's own time a draft pass takes (vLLM V1, releases 0.9-0.10): EagleProposer.propose
+# runs its k passes as a Python loop after the step's sampled tokens reach the host, and between
+# two graph replays of the draft model it issues a dozen eager ops (positions + 1, the clamp at
+# max_model_len, the slot mapping from the block table, the attention metadata's seq_lens, the
+# argmax); the loop does not sync, so the host runs ahead of the GPU and a pass takes the longer
+# of the two, max(the draft's GPU pass, this). Read off vllm-project/vllm#20780 (Llama-3.1-8B-
+# Instruct, batch 1, K = 2..7, TPOT and acceptance length per K): the step, TPOT x AL, grows by
+# 0.740 ms per draft with EAGLE-1 and 1.016 ms with EAGLE-3 (least squares over K), where
+# kvplan's GPU pass of either head is 0.4-0.7 ms, so the host binds: their mean, 0.88 ms. SGLang
+# captures its whole draft loop (all speculative_num_steps passes) in one CUDA graph
+# (sglang/srt/speculative/eagle_draft_cuda_graph_runner.py, EAGLEDraftCudaGraphRunner), so it
+# has no such per-pass time; bench/speculative_fidelity.py predicts its rows with 0.
+DRAFT_PASS_HOST_S = 0.88e-3
+
 
 @dataclass(frozen=True, slots=True)
 class Draft:
@@ -166,13 +185,15 @@ class Draft:
     verify_lm_head_s: float  # the target's lm_head on one more position (each draft verified)
     kv_bytes_per_token: int  # the draft layers' KV of one token on this GPU
     weight_bytes_per_gpu: int  # the draft's own weights (MTP's are the checkpoint's already)
+    pass_host_s: float = 0.0  # the proposer's own time each pass adds (DRAFT_PASS_HOST_S)
 
     def pass_s(self, tokens: int, requests: int, kv_read: int, pairs: int = 0) -> float:
-        """GPU seconds of one draft pass over `tokens` tokens of `requests` requests."""
+        """Seconds one draft pass over `tokens` tokens of `requests` requests adds to the step:
+        its GPU work and the proposer's per-pass time (DRAFT_PASS_HOST_S)."""
         if self.model is None or tokens <= 0:
             return 0.0
         m = self.model
-        return (m.gpu_overhead_s + m.gpu_per_request_s * requests + m.per_token_s(tokens)
+        return (max(m.gpu_overhead_s + m.per_token_s(tokens), self.pass_host_s) + m.gpu_per_request_s * requests
                 + m.kv_read_s_per_token * kv_read + m.attention_s_per_pair * pairs)
 
 
@@ -231,7 +252,7 @@ def draft_of(spec, layout, weights, target, sp: Speculative, *, field: str = "--
         attention_flops_per_pair=target.attention_flops_per_pair / max(_attention_layers(spec), 1) * nextn,
         window_flops_per_token=0.0, num_layers=nextn, moe_layers=nextn if experts else 0,
         enforce_eager=False, async_scheduling=True)
-    return Draft(model, verify, kv_per_layer * nextn, draft_bytes if own else 0)
+    return Draft(model, verify, kv_per_layer * nextn, draft_bytes if own else 0, DRAFT_PASS_HOST_S)
 
 
 def _attention_layers(spec) -> int:

@@ -19,8 +19,11 @@ construction; a test checks the two functions bit for bit.
 Time: the target's step of the scheduled tokens (the clock's), plus the target's lm_head on each
 draft position, plus the drafter's passes: one over every scheduled token, then k - 1 over one
 token per decoding request (kvplan/model/speculative.Draft), tabulated in integer ticks like the
-clock's linear layers. Without the physical step model (steps as units, or the roofline) only the
-tokens change.
+clock's linear layers. A pass's fixed and linear ticks are at least the proposer's time per pass
+(Draft.pass_host_s, DRAFT_PASS_HOST_S): the floor is folded into the draft's linear table
+(entries of 1 token and more), so the kernel's spec_pass_ticks and SpecSetup.pass_ticks read the
+same numbers. Without the physical step model (steps as units, or the roofline) only the tokens
+change.
 """
 
 from __future__ import annotations
@@ -119,8 +122,11 @@ def spec_setup(run, clock: StepClock, seed: int, token_budget: int, max_model_le
         return SpecSetup(**base, verify=_ticks(draft.verify_lm_head_s))
     m = draft.model
     size = max(2, min(token_budget, TABLE_LIMIT) + 1)
-    linear = tuple(_ticks(x) for x in m.per_token_table(size))
-    return SpecSetup(**base, verify=_ticks(draft.verify_lm_head_s), overhead=max(_ticks(m.gpu_overhead_s), 1),
+    raw = tuple(_ticks(x) for x in m.per_token_table(size))
+    overhead = max(_ticks(m.gpu_overhead_s), 1)
+    floor = _ticks(draft.pass_host_s) - overhead  # the pass's fixed and linear part is at least the host's
+    linear = (raw[0],) + tuple(max(x, floor) for x in raw[1:])
+    return SpecSetup(**base, verify=_ticks(draft.verify_lm_head_s), overhead=overhead,
                      per_request=_ticks(m.gpu_per_request_s), kv_per_token=_ticks(m.kv_read_s_per_token),
                      attention_per_pair=_ticks(m.attention_s_per_pair), linear=linear,
-                     linear_slope=max(linear[-1] - linear[-2], 0))
+                     linear_slope=max(raw[-1] - raw[-2], 0))
