@@ -169,10 +169,15 @@ EAGLE3_DRAFT_VOCAB = 32000  # yuhuili/EAGLE3-LLaMA3.1-Instruct-8B config.json: d
 # of the two, max(the draft's GPU pass, this). Read off vllm-project/vllm#20780 (Llama-3.1-8B-
 # Instruct, batch 1, K = 2..7, TPOT and acceptance length per K): the step, TPOT x AL, grows by
 # 0.740 ms per draft with EAGLE-1 and 1.016 ms with EAGLE-3 (least squares over K), where
-# kvplan's GPU pass of either head is 0.4-0.7 ms, so the host binds: their mean, 0.88 ms. SGLang
-# captures its whole draft loop (all speculative_num_steps passes) in one CUDA graph
-# (sglang/srt/speculative/eagle_draft_cuda_graph_runner.py, EAGLEDraftCudaGraphRunner), so it
-# has no such per-pass time; bench/speculative_fidelity.py predicts its rows with 0.
+# kvplan's GPU pass at batch 1 is 0.70 ms (EAGLE-1, full 128k vocabulary) and 0.36 ms (EAGLE-3,
+# 32k): the host binds. The two slopes disagree by 0.28 ms (EAGLE-3's pass does no more GPU work;
+# not resolved here): their mean, 0.88 ms, keeps every row of that source within 17%. The draft
+# model itself ran as (piecewise) CUDA graphs then, the loop around it in Python (vllm-project/
+# vllm#21477, 2025-07, on full graphs for the draft). SGLang captures its whole draft loop (all
+# speculative_num_steps passes) in one CUDA graph (sglang/srt/speculative/
+# eagle_draft_cuda_graph_runner.py, EAGLEDraftCudaGraphRunner), and so does vLLM's Model Runner V2
+# (vllm-project/vllm#29559): no such per-pass time; bench/speculative_fidelity.py predicts SGLang's
+# rows with 0.
 DRAFT_PASS_HOST_S = 0.88e-3
 
 
