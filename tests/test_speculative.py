@@ -235,27 +235,30 @@ def test_the_section_round_trips_through_yaml_and_the_json_schema(tmp_path):
 
 def test_corpus_rows_are_cited_and_held_out_vllm_rows_are_predicted_within_the_target():
     """tests/data/speculative_measurements.yaml: every row names its source and setting; a third of
-    the sources is held out (by source) and kvplan's step model predicts the held-out vLLM rows
-    (the engine it models) with a median error within the issue's 15%, and all vLLM rows too
-    (bench/speculative_fidelity.py prints every row, per source and regime)."""
+    the sources is held out (by source, never the one DRAFT_PASS_HOST_S is read off) and kvplan's
+    step model predicts the held-out vLLM rows (the engine it models), the vLLM rows outside every
+    fit and all vLLM rows with a median error within the issue's 15% (bench/speculative_fidelity.py
+    prints every row, per source and regime)."""
     import statistics
     from pathlib import Path
 
     import yaml
 
     import kvplan.model.speculative as speculative
-    from bench.speculative_fidelity import held_out_sources, predict_with
+    from bench.speculative_fidelity import FIT_SOURCES, held_out_sources, predict_with
 
     rows = yaml.safe_load((Path(__file__).parent / "data" / "speculative_measurements.yaml").read_text())["rows"]
     keys = {"source", "engine", "model", "gpu", "tp", "method", "k", "batch", "context", "speedup"}
     assert rows and all(keys <= set(r) and r["source"].startswith("https://") for r in rows)
     sources = {r["source"] for r in rows}
     held = held_out_sources(rows)
-    assert held < sources and len(held) == (len(sources) + 2) // 3
+    assert held < sources and len(held) == (len(sources) + 2) // 3 and not held & FIT_SOURCES
     vllm = [r for r in rows if r["engine"] == "vllm"]
     errors = [abs(p / r["speedup"] - 1) for r, p in zip(vllm, predict_with(vllm, speculative.DRAFT_PASS_HOST_S))]
     held_errors = [e for e, r in zip(errors, vllm) if r["source"] in held]
-    assert len(held_errors) >= 5 and statistics.median(held_errors) <= 0.15
+    unfitted = [e for e, r in zip(errors, vllm) if r["source"] not in FIT_SOURCES]
+    assert held_errors and statistics.median(held_errors) <= 0.15
+    assert len(unfitted) >= 10 and statistics.median(unfitted) <= 0.15
     assert statistics.median(errors) <= 0.15
 
 

@@ -171,7 +171,10 @@ EAGLE3_DRAFT_VOCAB = 32000  # yuhuili/EAGLE3-LLaMA3.1-Instruct-8B config.json: d
 # 0.740 ms per draft with EAGLE-1 and 1.016 ms with EAGLE-3 (least squares over K), where
 # kvplan's GPU pass at batch 1 is 0.70 ms (EAGLE-1, full 128k vocabulary) and 0.36 ms (EAGLE-3,
 # 32k): the host binds. The two slopes disagree by 0.28 ms (EAGLE-3's pass does no more GPU work;
-# not resolved here): their mean, 0.88 ms, keeps every row of that source within 17%. The draft
+# not resolved here): their mean, 0.88 ms, keeps every row of that source within 17%. The same
+# structure is in SpecDecode-Bench's simulator for vLLM v0.10.1 (github.com/SpecDecode-Bench/
+# simulator, predictor.py, Llama8BH100, fitted on its own H100 runs at batch 1-64): a draft time
+# of 2.14 ms whatever the batch (k = 3: 0.71 ms a pass) plus a step overhead of 1.21 ms. The draft
 # model itself ran as (piecewise) CUDA graphs then, the loop around it in Python (vllm-project/
 # vllm#21477, 2025-07, on full graphs for the draft). SGLang captures its whole draft loop (all
 # speculative_num_steps passes) in one CUDA graph (sglang/srt/speculative/
