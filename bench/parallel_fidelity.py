@@ -130,6 +130,20 @@ def predict_tpot(entry: dict) -> float:
     return (decode + prefills_per_step * (mixed - decode)) * entry["parallel"]["pp"] * 1e3
 
 
+def hbm_floor_ms(entry: dict) -> float:
+    """The least time a tpot entry's decode step can take on its busiest GPU: the touched experts of
+    its rank (as experts_s counts them) and the batch's KV read at FP8 (half the layout's bf16
+    bytes), at the data-sheet HBM peak, nothing else. A measured TPOT near or under it cannot be a
+    plain decode step (speculative tokens, or routing skewed onto fewer experts, unstated)."""
+    s, p = entry["setup"], entry["parallel"]
+    model = _step(entry, _async(entry))
+    b, e, k = s["batch_per_dp_rank"], model.experts, model.top_k
+    touched = 1.0 - (1.0 - k / e) ** (b * p["dp"])
+    experts = -(-e // model.par.moe_ranks) * touched * model.expert_bytes_whole / e
+    kv = b * (s["isl"] + s["osl"] / 2) * model.stages[0][3].bytes_per_token / 2
+    return (experts + kv) / model.full.hbm_bytes_per_s * 1e3
+
+
 def predict_decode(entry: dict) -> float:
     s = entry["setup"]
     model = _step(entry, _async(entry))
@@ -268,6 +282,12 @@ def main() -> None:
               f"median of the per-source medians {statistics.median(per_source):.1%} over {len(per_source)} "
               f"sources (held out {statistics.median(held_src):.1%} over {len(held_src)})")
     print("(target: a median |error| of at most 15%)")
+    tight = [(e["id"], e["measured"]["tpot_ms"], hbm_floor_ms(e)) for e in entries if e["kind"] == "tpot"]
+    tight = [t for t in tight if t[1] < 1.2 * t[2]]
+    if tight:
+        print("tpot entries within 1.2 x their HBM floor (hbm_floor_ms: a plain decode step cannot be that fast):")
+        for name, got, floor in tight:
+            print(f"  {name:58} measured {got:6.2f} ms, floor {floor:6.2f} ms ({got / floor:.2f} x)")
 
 
 if __name__ == "__main__":
