@@ -8,6 +8,8 @@ each entry with kvplan's models, as the entry's `kind` says:
   fixed concurrency: the decode step of batch_per_dp_rank requests, plus the extra time of the steps
   that also prefill a replacing request's prompt, spread over the output tokens (predict_tpot);
 - decode_throughput: the parallel step model's decode tokens/s per GPU at the stated batch;
+- prefill_throughput: the parallel step model's prefill tokens/s per GPU of a prefill-only
+  deployment, steps of tokens_per_rank prompt tokens on every DP rank (predict_prefill);
 - served_throughput: all prompts sent at once (ShareGPT-like lengths with the run's own means,
   sampled as bench/timing_fidelity.py samples them), the pipeline running rounds in which every
   micro-batch (one per stage, the running requests split evenly) makes one token, a round taking
@@ -15,10 +17,13 @@ each entry with kvplan's models, as the entry's `kind` says:
 
 No constant is fitted here: the step model's constants are the shipped ones (fitted on single-GPU
 and TP runs, kvplan/model/step_time.py) and the parallel models' own constants are set from the
-sources their docstrings cite. The corpus is still split by source: a third of the sources (those
-of the lowest hash of their name) are held out, so that a later fit on the rest has a test part.
-Prints one line per entry, the median |error| per source, per kind, for each part and overall
-(the issue's target: a median error of at most 15%).
+sources their docstrings cite. One of those sources is in this corpus: parallel_step.DBO_HIDDEN_SHARE
+restates the measured two-batch-overlap speedups of lmsys-large-scale-ep and deepseek-profile-data
+(both in the "rest" part). The corpus is split by source: a third of the sources (those of the
+lowest sha256 of their name, deterministic) are held out. Prints one line per entry, then the
+median |error| per source, per regime (memory, prefill, decode, DP, PP: regime()), for each part
+and overall, over all rows and over the step-time rows (the issue's target: a median error of at
+most 15%); a source's many rows count once in "the median of the per-source medians".
 
 Run: python bench/parallel_fidelity.py
 """
@@ -29,6 +34,7 @@ import hashlib
 import math
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +71,7 @@ def _parallel(entry: dict):
 
 def _step(entry: dict, async_scheduling: bool):
     from kvplan.model.gpus import get_gpu
-    from kvplan.model.parallel_step import ALL2ALL_DEFAULT, ParallelStep
+    from kvplan.model.parallel_step import ALL2ALL_DEFAULT, EXPERT_IMBALANCE, ParallelStep
     from kvplan.model.resolve import load_spec
     from kvplan.model.step_time import CONSTANTS, engine_constants
     from kvplan.model.weights import estimate_weights
@@ -74,10 +80,14 @@ def _step(entry: dict, async_scheduling: bool):
     weights = estimate_weights(spec, entry.get("quantization"))
     constants = engine_constants(CONSTANTS, RUNTIME[entry["engine"]])
     setup, p = entry["setup"], entry["parallel"]
-    return ParallelStep(spec, weights, get_gpu(entry["gpu"]), _parallel(entry),
+    # a GPU the catalog lacks, stated as a catalog GPU with the figures that differ (e.g. H800: an
+    # H100 SXM with NVLink cut to 400 GB/s), each with its source in the entry's notes
+    gpu = replace(get_gpu(entry["gpu"]), **(entry.get("gpu_overrides") or {}))
+    return ParallelStep(spec, weights, gpu, _parallel(entry),
                         kv_dtype=setup.get("kv_cache_dtype") or "auto", enforce_eager=bool(setup.get("enforce_eager")),
                         constants=constants, async_scheduling=async_scheduling,
                         all2all_backend=p.get("all2all_backend") or ALL2ALL_DEFAULT,
+                        expert_imbalance=p.get("expert_imbalance") or EXPERT_IMBALANCE,
                         enable_dbo=bool(p.get("enable_dbo")))
 
 
@@ -120,11 +130,37 @@ def predict_tpot(entry: dict) -> float:
     return (decode + prefills_per_step * (mixed - decode)) * entry["parallel"]["pp"] * 1e3
 
 
+def hbm_floor_ms(entry: dict) -> float:
+    """The least time a tpot entry's decode step can take on its busiest GPU: the touched experts of
+    its rank (as experts_s counts them) and the batch's KV read at FP8 (half the layout's bf16
+    bytes), at the data-sheet HBM peak, nothing else. A measured TPOT near or under it cannot be a
+    plain decode step (speculative tokens, or routing skewed onto fewer experts, unstated)."""
+    s, p = entry["setup"], entry["parallel"]
+    model = _step(entry, _async(entry))
+    b, e, k = s["batch_per_dp_rank"], model.experts, model.top_k
+    touched = 1.0 - (1.0 - k / e) ** (b * p["dp"])
+    experts = -(-e // model.par.moe_ranks) * touched * model.expert_bytes_whole / e
+    kv = b * (s["isl"] + s["osl"] / 2) * model.stages[0][3].bytes_per_token / 2
+    return (experts + kv) / model.full.hbm_bytes_per_s * 1e3
+
+
 def predict_decode(entry: dict) -> float:
     s = entry["setup"]
     model = _step(entry, _async(entry))
     out = model.report(batch=s["batch_per_dp_rank"], context=s["context"], chunk=8192)
     return out["parallel"]["decode_tokens_per_s_per_gpu"]
+
+
+def predict_prefill(entry: dict) -> float:
+    """Prefill tokens/s per GPU of a prefill-only deployment (prefill-decode disaggregation): every
+    DP rank runs steps of tokens_per_rank prompt tokens, whole prompts of isl tokens with no cached
+    prefix, on the parallel step model (its DBO micro-batches and all-to-all as the entry sets them)."""
+    s, p = entry["setup"], entry["parallel"]
+    model = _step(entry, _async(entry))
+    tokens, isl = s["tokens_per_rank"], s["isl"]
+    prompts = max(tokens // isl, 1)
+    step = _slowest(model, tokens=tokens, requests=prompts, kv_read=0, pairs=prompts * isl * (isl + 1) // 2)
+    return tokens / step * p["dp"] / (p["tp"] * p["dp"] * p["pp"])
 
 
 def predict_served(entry: dict) -> float:
@@ -186,6 +222,8 @@ def predict(entry: dict) -> list[tuple[str, float, float]]:
                 for i, (got, pred) in enumerate(zip(m["kv_pool_gib_per_stage"], predict_pool(entry)))]
     if kind == "tpot":
         return [("TPOT ms", m["tpot_ms"], predict_tpot(entry))]
+    if kind == "prefill_throughput":
+        return [("prefill tok/s/GPU", m["input_tokens_per_s_per_gpu"], predict_prefill(entry))]
     if kind == "decode_throughput":
         return [("decode tok/s/GPU", m["output_tokens_per_s_per_gpu"], predict_decode(entry))]
     if kind == "served_throughput":
@@ -193,33 +231,63 @@ def predict(entry: dict) -> list[tuple[str, float, float]]:
     raise ValueError(f"unknown kind {kind!r} in {entry['id']}")
 
 
+def regime(entry: dict) -> str:
+    """The regime an entry checks: memory (kv_pool), prefill, PP (pipeline stages), DP (decode with
+    data-parallel attention), decode (tensor / expert parallel decode on one DP rank)."""
+    p = entry["parallel"]
+    if entry["kind"] == "kv_pool":
+        return "memory"
+    if entry["kind"] == "prefill_throughput":
+        return "prefill"
+    if p["pp"] > 1:
+        return "PP"
+    return "DP" if p["dp"] > 1 else "decode"
+
+
 def main() -> None:
     entries = load()
     held = held_out_sources(entries)
     rows = []
-    print(f"{'entry':58} {'part':8} {'quantity':18} {'measured':>10} {'kvplan':>10} {'error':>7}")
+    print(f"{'entry':58} {'part':8} {'regime':7} {'quantity':18} {'measured':>10} {'kvplan':>10} {'error':>7}")
     for e in entries:
         part = "held out" if e["source_group"] in held else "rest"
         for quantity, got, pred in predict(e):
             err = pred / got - 1
-            rows.append((e["source_group"], e["kind"], part, err))
-            print(f"{e['id'][:58]:58} {part:8} {quantity:18} {got:>10,.2f} {pred:>10,.2f} {err:>+7.1%}")
+            rows.append((e["source_group"], regime(e), part, err))
+            print(f"{e['id'][:58]:58} {part:8} {regime(e):7} {quantity:18} {got:>10,.2f} {pred:>10,.2f} {err:>+7.1%}")
 
     def med(sel) -> str:
         errs = [abs(r[3]) for r in rows if sel(r)]
-        return f"{statistics.median(errs):6.1%} over {len(errs):2}" if errs else "-"
+        return f"{statistics.median(errs):6.1%} over {len(errs):2}" if errs else "     -"
 
-    print("\nmedian |error| by source:")
+    def source_medians(sel) -> list[float]:
+        return [statistics.median(abs(r[3]) for r in rows if r[0] == src and sel(r))
+                for src in sorted({r[0] for r in rows if sel(r)})]
+
+    step = lambda r: r[1] != "memory"  # noqa: E731 - the step-time rows (the issue's target)
+    print("\nmedian |error| by source (all rows; step-time rows):")
     for src in sorted({r[0] for r in rows}):
         part = "held out" if src in held else "rest"
-        print(f"  {src:44} {part:8} {med(lambda r: r[0] == src)}")
-    print("by kind:")
-    for kind in sorted({r[1] for r in rows}):
-        print(f"  {kind:44} {'':8} {med(lambda r: r[1] == kind)}")
-    per_source = [statistics.median(abs(r[3]) for r in rows if r[0] == s) for s in sorted({r[0] for r in rows})]
-    print(f"held out: {med(lambda r: r[2] == 'held out')}; rest: {med(lambda r: r[2] == 'rest')}; "
-          f"all: {med(lambda r: True)}; median of the per-source medians {statistics.median(per_source):.1%} "
-          f"over {len(per_source)} sources (target: at most 15%)")
+        regimes = ",".join(sorted({r[1] for r in rows if r[0] == src}))
+        print(f"  {src:40} {part:8} {regimes:18} {med(lambda r: r[0] == src)}; "
+              f"{med(lambda r: r[0] == src and step(r))}")
+    print("by regime:")
+    for reg in ("memory", "prefill", "decode", "DP", "PP"):
+        print(f"  {reg:40} {'':8} {'':18} {med(lambda r: r[1] == reg)}")
+    for label, sel in (("all rows", lambda r: True), ("step-time rows", step)):
+        per_source = source_medians(sel)
+        held_src = source_medians(lambda r: sel(r) and r[2] == "held out")
+        print(f"{label}: held out {med(lambda r: sel(r) and r[2] == 'held out')}; "
+              f"rest {med(lambda r: sel(r) and r[2] == 'rest')}; all {med(sel)}; "
+              f"median of the per-source medians {statistics.median(per_source):.1%} over {len(per_source)} "
+              f"sources (held out {statistics.median(held_src):.1%} over {len(held_src)})")
+    print("(target: a median |error| of at most 15%)")
+    tight = [(e["id"], e["measured"]["tpot_ms"], hbm_floor_ms(e)) for e in entries if e["kind"] == "tpot"]
+    tight = [t for t in tight if t[1] < 1.2 * t[2]]
+    if tight:
+        print("tpot entries within 1.2 x their HBM floor (hbm_floor_ms: a plain decode step cannot be that fast):")
+        for name, got, floor in tight:
+            print(f"  {name:58} measured {got:6.2f} ms, floor {floor:6.2f} ms ({got / floor:.2f} x)")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def step(
     enable_expert_parallel: Annotated[bool, typer.Option("--enable-expert-parallel", help="vLLM's --enable-expert-parallel: whole experts over EP = tp x dp ranks.")] = False,
     all2all_backend: Annotated[Optional[str], typer.Option(help="vLLM's --all2all-backend with --dp > 1 on an MoE: allgather_reducescatter (vLLM's default), deepep_high_throughput, deepep_low_latency.")] = None,
     expert_imbalance: Annotated[Optional[float], typer.Option(help="The busiest EP rank's expert work over the mean (default 1.3, without EPLB; 1.0-1.1 with it).")] = None,
-    enable_dbo: Annotated[bool, typer.Option("--enable-dbo", help="vLLM's --enable-dbo: dual-batch overlap hides the all-to-all under compute.")] = False,
+    enable_dbo: Annotated[bool, typer.Option("--enable-dbo", help="vLLM's --enable-dbo: dual-batch overlap hides part of the all-to-all under compute (half the shorter of the two).")] = False,
     network_gbps: Annotated[Optional[float], typer.Option(help="Network per GPU across nodes in Gb/s (default: the GPU catalog's, else 400).")] = None,
     json: JsonOpt = False,
 ) -> None:

@@ -25,14 +25,45 @@ costs; the lm_head on the last stage only). What parallelism adds, term by term:
   * allgather_reducescatter (vLLM's default, ParallelConfig.all2all_backend): every rank gathers
     all N tokens (bf16 hidden states) and reduce-scatters the outputs back: (R - 1) / R x N x
     hidden x 2 B each way, whatever top_k;
-  * deepep_high_throughput / deepep_low_latency (DeepEP): each token goes to the ranks of its
-    top_k experts only: n / T x top_k x hidden bytes out, dispatched in FP8 (1 B, with a 4-byte
-    scale per 128 values) and combined in bf16 (2 B), (R - 1) / R of them off the GPU, the share
-    bound for other nodes (R - NODE_GPUS) / R over the network.
-  With --enable-dbo (vLLM's dual-batch overlap) the step is two micro-batches of half the
-  tokens, the all-to-all of one running under the other's compute: the step takes the longer of
-  twice a half-batch's compute (each micro-batch reads the weights again) and twice its
-  all-to-all, instead of the sum of the whole batch's.
+  * deepep_low_latency (DeepEP's low-latency kernels, pure RDMA): each token goes to the ranks of
+    its top_k experts only: n / T x top_k x hidden bytes out, dispatched in FP8 (1 B, with a
+    4-byte scale per 128 values) and combined in bf16 (2 B), (R - 1) / R of them off the GPU, the
+    share bound for other nodes (R - NODE_GPUS) / R over the network, one message per (token,
+    expert) pair.
+  * deepep_high_throughput (DeepEP's normal kernels): the same bytes per pair inside a node, but
+    a token crosses the network once per other NODE its experts lie on, and the receiving node's
+    GPU forwards it over NVLink to the GPUs that hold them (DeepEP README: "forwarding data from
+    NVLink domain to RDMA domain"; tests/test_internode.py counts the RDMA bytes as
+    num_rdma_token_sent, the (token, node) pairs deduplicated per node). The expected other nodes
+    a token touches, its top_k experts drawn from E spread evenly over N = R / NODE_GPUS nodes:
+    (N - 1) x (1 - C(E - E/N, top_k) / C(E, top_k)) (remote_nodes); with group-limited routing
+    (DeepSeek-V3's n_group 8 / topk_group 4: a token's experts come from topk_group groups of
+    E / n_group) the nodes a token touches are at most min(N, topk_group x max(1, N / n_group)),
+    the own node among them with chance 1 / N. At EP 32 (4 nodes, top-8 of 256) that is 2.7 other
+    nodes against 6 remote (token, expert) pairs: 2.2 x fewer network bytes. Check against
+    DeepEP's own V1 figures (docs/legacy.md; H800, 4,096 tokens, top-8, one CX7 400 Gb/s NIC per
+    GPU): EP 32 reaches 58 GB/s of "logical" RDMA bandwidth, which counts the own node's share
+    too (3.6 nodes a token): 58 x 2.7 / 3.6 = 43.5 GB/s on the wire, 0.87 of the NIC's 50 GB/s;
+    EP 64 (4 of 8 node groups) 51 x 3.5 / 4 = 44.6 GB/s, 0.89: NETWORK_EFFICIENCY (0.85) below.
+  With --enable-dbo (vLLM's dual-batch overlap, SGLang's two-batch overlap, DeepSeek's two
+  micro-batches) the step is two micro-batches of half the tokens, the all-to-all of one running
+  under the other's compute: compute = twice a half-batch's compute (each micro-batch reads the
+  weights again), a2a = twice a half-batch's all-to-all, and the overlap hides DBO_HIDDEN_SHARE of
+  the shorter of the two: step = compute + a2a - DBO_HIDDEN_SHARE x min(compute, a2a). A perfect
+  overlap (share 1, the step the longer of the two) is not what the engines measure: the kernels
+  that overlap share the GPU (DeepEP's normal kernels take deep_ep.Buffer.num_sms = 20 of a
+  Hopper's 132 SMs while they run; LMSYS's profile: under two-batch overlap the communication
+  kernels run slower than their unit tests and the GEMMs slower than without overlap), and a
+  micro-batch's all-to-all can only hide under the one compute piece the other micro-batch runs
+  at that moment. DBO_HIDDEN_SHARE = 0.5, from measurements of the overlap restated on this
+  model's own compute and all-to-all (share = (compute + a2a - measured step) / min(compute, a2a)):
+  LMSYS's DeepSeek-V3 prefill on 32 H100s, EP 32, 16K tokens a GPU
+  (https://lmsys.org/blog/2025-05-05-large-scale-ep/: two-batch overlap 27-35% faster than
+  without, "Ablation Study: Two-batch Overlap"): 0.45-0.55; its simulated perfect EPLB run
+  (7,417 tokens/s per GPU): 0.44; DeepSeek's own prefill profile (deepseek-ai/profile-data,
+  balanced routing, EP 32, 7,839 tokens/s per H800 as LMSYS reads it): 0.53; LMSYS's decode on
+  72 H100s at 256 tokens a GPU (25.5% faster with the overlap): 0.69 (there the two half-batches
+  re-read the weights, which this model charges in full). Range 0 (no overlap) to 1 (perfect).
 - Pipeline parallelism: P stages in series, vLLM keeping P batches in flight (one per stage:
   the engine core's batch queue of max_concurrent_batches = P). In steady state each stage works
   on one micro-batch of `batch` requests per stage time, so a DP rank produces batch / max(stage)
@@ -40,7 +71,8 @@ costs; the lm_head on the last stage only). What parallelism adds, term by term:
   states and the residual (2 x n x hidden x 2 B) are sent, over NVLink when the T x P GPUs of a
   pipeline fit one node, else over the network.
 
-Constants (none fitted on the corpus of bench/parallel_fidelity.py):
+Constants (none fitted on the corpus of bench/parallel_fidelity.py, except DBO_HIDDEN_SHARE, which
+restates the measured overlap speedups of two of its sources, above):
 - NETWORK_DEFAULT: 400 Gb/s per GPU, one ConnectX-7 NIC per GPU in NVIDIA's DGX/HGX H100, H200
   and B200 reference designs (kvplan/model/gpus.json network_bytes_per_s, where a GPU has none).
 - NETWORK_EFFICIENCY: DeepEP's own measurements on H800s with one 400 Gb/s CX7 InfiniBand NIC per
@@ -59,6 +91,7 @@ from dataclasses import replace
 
 from kvplan.errors import UsageError
 from kvplan.model.build import build_layout
+from kvplan.model.config_reader import ConfigReader
 from kvplan.model.gpus import GPU
 from kvplan.model.layout import KVLayout
 from kvplan.model.parallel import NODE_GPUS, Parallelism, stage_bounds, stage_spec
@@ -69,6 +102,9 @@ from kvplan.model.weights import WeightEstimate, moe_layer_indices, moe_layers, 
 NETWORK_DEFAULT = 50e9
 NETWORK_EFFICIENCY = 0.85
 EXPERT_IMBALANCE = 1.3
+# The share of the shorter of a dual-batch overlap's compute and all-to-all that the overlap hides
+# (module docstring: 0.44-0.69 from LMSYS's and DeepSeek's measured two-batch overlaps).
+DBO_HIDDEN_SHARE = 0.5
 ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency")
 ALL2ALL_DEFAULT = "allgather_reducescatter"
 # bytes per hidden element sent: (dispatch, combine)
@@ -111,6 +147,9 @@ class ParallelStep:
                           constants=constants, async_scheduling=async_scheduling)
         self.full = full
         self.experts, self.top_k = moe_shape(spec)
+        cfg = ConfigReader(spec.raw, spec.source)  # group-limited routing (DeepSeek-V2/V3): (n_group, topk_group)
+        self.routing_groups = (cfg.int("n_group", default=0, positive=False),
+                               cfg.int("topk_group", default=0, positive=False))
         moe = moe_layer_indices(spec)
         _, self.expert_size = moe_layers(spec)
         # the routed experts leave the per-stage model when they are split over T x D ranks
@@ -191,10 +230,29 @@ class ParallelStep:
             if self.backend == "allgather_reducescatter":  # every rank gathers all tokens, on a ring
                 data = (ranks - 1) * own * hidden * element
                 total += self._transfer_s(0.0, data) if off_node else self._transfer_s(data, 0.0)
+            elif self.backend == "deepep_high_throughput":  # once per other node, then NVLink inside it
+                data = own * self.top_k * hidden * element
+                total += self._transfer_s(data * on_node, own * self.remote_nodes() * hidden * element)
             else:
                 data = own * self.top_k * hidden * element
                 total += self._transfer_s(data * on_node, data * off_node)
         return total * moe_layers
+
+    def remote_nodes(self) -> float:
+        """Expected other nodes one token's top_k experts lie on, the experts spread evenly over the
+        nodes of the R MoE ranks (module docstring, deepep_high_throughput)."""
+        nodes = -(-self.par.moe_ranks // NODE_GPUS)
+        e, k = self.experts, self.top_k
+        if nodes <= 1 or not e:
+            return 0.0
+        untouched = 1.0  # C(E - E/N, k) / C(E, k)
+        for i in range(k):
+            untouched *= max(e - e / nodes - i, 0.0) / (e - i)
+        touched = nodes * (1.0 - untouched)
+        groups, chosen = self.routing_groups
+        if 0 < chosen < groups:
+            touched = min(touched, nodes, chosen * max(1.0, nodes / groups))
+        return touched * (nodes - 1) / nodes
 
     def pipeline_send_s(self, tokens: int, stage: int) -> float:
         """A stage's send of its hidden states and residual to the next (0 for the last stage)."""
@@ -220,7 +278,7 @@ class ParallelStep:
                                     pairs=pairs // 4 if requests == 1 else pairs // 2)
             compute = 2 * (_gpu_s(micro) + self.experts_s(half, f_moe, group_tokens and group_tokens // 2))
             a2a = 2 * self.all_to_all_s(half, model.moe_layers)
-            gpu = max(compute, a2a) + send
+            gpu = compute + a2a - DBO_HIDDEN_SHARE * min(compute, a2a) + send
         else:
             gpu = _gpu_s(out) + experts + a2a + send
         out.update({"moe_experts": experts, "all_to_all": a2a, "pipeline_send": send})
