@@ -8,14 +8,15 @@ the source's mean acceptance length when it states one (a geometric rate r with 
 al - 1, as the defaults are made), else the method's default (DEFAULT_RATE).
 
 Held out by source: the sources sorted by the SHA-256 of their URL, every third one (positions
-0, 3, 6, ...) held out. One constant of the speculative model, DRAFT_PASS_HOST_S (the proposer's
-own time per draft pass), is read off one source, FIT_SOURCES (never held out; `--fit` prints the
-median error of the other fitted-on vLLM rows against it), and the step-time constants are fitted
+0, 3, 6, ...) held out. One constant of the speculative model, LOOP_PASS_HOST_S (the proposer's
+own time per draft pass in vLLM 0.9-0.10's Python loop), is read off one source, FIT_SOURCES (never
+held out; `--fit` prints the median error of the other fitted-on vLLM rows against it), and the step-time constants are fitted
 on tests/data/step_time_measurements.yaml, which holds no speculative run; so the report also
 gives the rows outside every fit ("not fitted"). The report is per source, per batch regime (1, 2-16, 17-64, > 64), per
 engine (SGLang's rows draft trees where they say so, taken as chains of the same depth: kvplan
-models vLLM's chain), overall and held out, before (DRAFT_PASS_HOST_S = 0, the model as first
-landed) and after, against the issue's target of a median error of at most 15%.
+models vLLM's chain), overall and held out, as shipped (DRAFT_PASS_HOST_S, 0: the loop's time not
+charged) and with LOOP_PASS_HOST_S charged to vLLM's rows, against the issue's target of a median
+error of at most 15%. The shipped default is the one that is no worse in every regime.
 
     python bench/speculative_fidelity.py [--json] [--fit]
 """
@@ -140,14 +141,14 @@ def main(argv=None) -> int:
         for value, err in fit(rows, held):
             print(f"DRAFT_PASS_HOST_S {value * 1e3:5.2f} ms: median |error| {err:6.1%} (fitted-on vLLM rows)")
         return 0
-    before = predict_with(rows, 0.0)
-    after = predict_with(rows, speculative.DRAFT_PASS_HOST_S)
-    out = [{**r, "held_out": r["source"] in held, "predicted_before": round(b, 4), "predicted": round(a, 4),
-            "error_before": round(b / r["speedup"] - 1, 4), "error": round(a / r["speedup"] - 1, 4)}
-           for r, b, a in zip(rows, before, after)]
+    shipped = predict_with(rows, speculative.DRAFT_PASS_HOST_S)
+    loop = predict_with(rows, speculative.LOOP_PASS_HOST_S)
+    out = [{**r, "held_out": r["source"] in held, "predicted": round(b, 4), "predicted_loop": round(a, 4),
+            "error": round(b / r["speedup"] - 1, 4), "error_loop": round(a / r["speedup"] - 1, 4)}
+           for r, b, a in zip(rows, shipped, loop)]
     summary = {"rows": len(rows), "sources": len({r["source"] for r in rows}), "held_out_sources": sorted(held),
-               "draft_pass_host_s": speculative.DRAFT_PASS_HOST_S, "target": 0.15,
-               "before": summarize(rows, before, held), "after": summarize(rows, after, held)}
+               "draft_pass_host_s": speculative.DRAFT_PASS_HOST_S, "loop_pass_host_s": speculative.LOOP_PASS_HOST_S,
+               "target": 0.15, "shipped": summarize(rows, shipped, held), "loop": summarize(rows, loop, held)}
     if args.json:
         print(json.dumps({"rows": out, "summary": summary}, indent=1))
         return 0
@@ -155,12 +156,13 @@ def main(argv=None) -> int:
         mark = "H" if r["held_out"] else " "
         ratio = f"/b{r['ratio_to_batch']}" if "ratio_to_batch" in r else "   "
         print(f"{mark} {r['method']:6} k={r['k']} b={r['batch']:3}{ratio} {r['model'][-26:]:26} {r['gpu']:9} {r['engine']:6} "
-              f"measured {r['speedup']:.3f} before {r['predicted_before']:.3f} ({r['error_before']:+.1%}) "
-              f"after {r['predicted']:.3f} ({r['error']:+.1%})")
+              f"measured {r['speedup']:.3f} shipped {r['predicted']:.3f} ({r['error']:+.1%}) "
+              f"loop {r['predicted_loop']:.3f} ({r['error_loop']:+.1%})")
     print(f"\n{summary['rows']} rows, {summary['sources']} sources; H: held out ({len(held)} sources); "
-          f"DRAFT_PASS_HOST_S = {speculative.DRAFT_PASS_HOST_S * 1e3:.2f} ms")
-    b, a = summary["before"], summary["after"]
-    print(f"{'median |error| (rows)':42} {'before':>14} {'after':>14}")
+          f"shipped DRAFT_PASS_HOST_S = {speculative.DRAFT_PASS_HOST_S * 1e3:.2f} ms; loop: LOOP_PASS_HOST_S = "
+          f"{speculative.LOOP_PASS_HOST_S * 1e3:.2f} ms")
+    b, a = summary["shipped"], summary["loop"]
+    print(f"{'median |error| (rows)':42} {'shipped':>14} {'loop':>14}")
     for key in [k for k in a if k != "per_source"]:
         if a[key] is None:
             continue

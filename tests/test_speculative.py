@@ -166,8 +166,10 @@ def test_speedup_shrinks_as_the_verify_forward_turns_compute_bound():
     """A dense 8B model on an H100: 4 tokens a request verified at batch 256 is 1,024 tokens, well
     past the GEMMs' ridge (~350 tokens: MAMF / (HBM x efficiency)), so the verify step costs far more
     than the plain one and the speedup falls; at batch 1 it is memory-bound: 1 + 1.713 tokens
-    (0.745 + 0.745^2 + 0.745^3) a step of the plain ~6.9 ms plus three passes of the proposer's
-    0.88 ms (DRAFT_PASS_HOST_S, above the head's GPU pass), 2.713 x 6.9 / 9.5 ~ 1.97 > 1.8."""
+    (0.745 + 0.745^2 + 0.745^3) a step of the plain ~6.9 ms plus three passes of the EAGLE-3 head
+    (~0.36 ms each on the GPU; DRAFT_PASS_HOST_S is 0 by default) and the verify's three more
+    lm_head rows, ~8.1 ms: 2.713 x 6.9 / 8.1 ~ 2.3 > 1.8; with the 0.9-0.10 proposer loop's 0.88 ms
+    a pass (LOOP_PASS_HOST_S) ~1.97, still > 1.8."""
     curve = {row["batch"]: row["speedup"] for row in
              spec_step("meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", "eagle3", 3, 1)["by_batch"]}
     assert curve[256] < curve[64] < curve[1]
@@ -235,7 +237,7 @@ def test_the_section_round_trips_through_yaml_and_the_json_schema(tmp_path):
 
 def test_corpus_rows_are_cited_and_held_out_vllm_rows_are_predicted_within_the_target():
     """tests/data/speculative_measurements.yaml: every row names its source and setting; a third of
-    the sources is held out (by source, never the one DRAFT_PASS_HOST_S is read off) and kvplan's
+    the sources is held out (by source, never the one LOOP_PASS_HOST_S is read off) and kvplan's
     step model predicts the held-out vLLM rows (the engine it models), the vLLM rows outside every
     fit and all vLLM rows with a median error within the issue's 15% (bench/speculative_fidelity.py
     prints every row, per source and regime)."""
@@ -263,10 +265,10 @@ def test_corpus_rows_are_cited_and_held_out_vllm_rows_are_predicted_within_the_t
 
 
 def test_the_proposer_time_per_pass_is_read_off_vllm_20780():
-    """DRAFT_PASS_HOST_S is the mean of the least-squares slopes of the step time (TPOT x acceptance
+    """LOOP_PASS_HOST_S is the mean of the least-squares slopes of the step time (TPOT x acceptance
     length) over K in vllm-project/vllm#20780 (Llama-3.1-8B, batch 1, K = 2..7): EAGLE-1 0.740 ms
     and EAGLE-3 1.016 ms a draft, 0.878 ms; the constant keeps two digits."""
-    from kvplan.model.speculative import DRAFT_PASS_HOST_S
+    from kvplan.model.speculative import LOOP_PASS_HOST_S
 
     ks = [2, 3, 4, 5, 6, 7]
     runs = {"eagle": ([4.37, 4.29, 4.48, 4.71, 4.94, 5.2], [2.1, 2.29, 2.39, 2.43, 2.45, 2.47]),
@@ -277,7 +279,7 @@ def test_the_proposer_time_per_pass_is_read_off_vllm_20780():
         mk, ms = sum(ks) / 6, sum(step) / 6
         slopes.append(sum((k - mk) * (s - ms) for k, s in zip(ks, step)) / sum((k - mk) ** 2 for k in ks))
     assert abs(slopes[0] - 0.740) < 1e-3 and abs(slopes[1] - 1.016) < 1e-3
-    assert abs(DRAFT_PASS_HOST_S * 1e3 - sum(slopes) / 2) < 0.005
+    assert abs(LOOP_PASS_HOST_S * 1e3 - sum(slopes) / 2) < 0.005
 
 
 def test_a_draft_pass_takes_the_longer_of_its_gpu_work_and_the_proposer():
