@@ -203,6 +203,14 @@ RUNS: dict[str, Run] = {
                               slow=True, traces=(MOONCAKE,),
                               workload=derived("workloads/mooncake-prefix.yaml", ("block_size: 512", "block_size: 16"))),
     "alpaca": Run("kvplan simulate workloads/alpaca-sharing.yaml", slow=True),
+    "size-sglang": Run("kvplan size meta-llama/Llama-3.1-8B-Instruct --gpu H100-80GB --engine sglang", columns=100),
+    "size-ep": Run("kvplan size deepseek-ai/DeepSeek-V3 --gpu H200 --dp 8 --enable-expert-parallel --tokens 32768",
+                   columns=100),
+    "step-speculative": Run("kvplan step meta-llama/Llama-3.1-8B-Instruct --gpu H100-80GB --batch 8 "
+                            "--speculative eagle3 --num-speculative-tokens 3", columns=100),
+    "sglang-memory": Run("python bench/sglang_memory_fidelity.py"),
+    "speculative-fidelity": Run("python bench/speculative_fidelity.py"),
+    "parallel-fidelity": Run("python bench/parallel_fidelity.py"),
     "vllm-memory": Run("python bench/vllm_memory_fidelity.py"),
     "timing-fidelity": Run("python bench/timing_fidelity.py", slow=True),
 }
@@ -507,6 +515,63 @@ def sharing(out: Out) -> str:
                     [[names[m], *(saved[m, w] for w in widths), paper] for m, paper in SHARING_PAPER.items()])
 
 
+def lines_from(first: str, before: str | None = None) -> Callable[[list[str]], list[str]]:
+    """The lines from the first that starts with `first` up to (not with) the first after it that
+    starts with `before`."""
+
+    def keep(lines: list[str]) -> list[str]:
+        start = next((i for i, line in enumerate(lines) if line.startswith(first)), None)
+        require(start is not None, f"no line starts with {first!r}")
+        end = next((i for i in range(start + 1, len(lines)) if before and lines[i].startswith(before)), len(lines))
+        return lines[start:end]
+
+    return keep
+
+
+def engine_fidelity(out: Out) -> str:
+    """SGLang's start-up memory, speculative decoding and EP/DP/PP against their cited corpora."""
+    import yaml
+
+    sg = out["sglang-memory"]
+    logs = yaml.safe_load((ROOT / "tests/data/sglang_startup_logs.yaml").read_text(encoding="utf-8"))["logs"]
+    sg_all = re.search(r"^  all +(\d+) of +(\d+) \((\d+%)\)", sg, re.M)
+    sg_held = re.search(r"^  part held out +(\d+) of +(\d+) \((\d+%)\)", sg, re.M)
+    sources = len(re.findall(r"^  source ", sg, re.M))
+    require(sg_all is not None and sg_held is not None and sources > 0,
+            "bench/sglang_memory_fidelity.py no longer prints its shares")
+    sp = out["speculative-fidelity"]
+    rows, sp_sources = re.search(r"^(\d+) rows, (\d+) sources", sp, re.M).groups()
+    med = {k: re.search(rf"^  {re.escape(k)} +(\S+) \( *(\d+)\)", sp, re.M) for k in
+           ("overall", "held_out", "engine vllm", "engine sglang", "batch 1", "batch 17-64")}
+    require(all(med.values()), "bench/speculative_fidelity.py no longer prints its medians")
+    pa = out["parallel-fidelity"]
+    step = re.search(r"^step-time rows: held out +(\S+) over +(\d+); rest +(\S+) over +(\d+); all +(\S+) over +(\d+)",
+                     pa, re.M)
+    memory = re.search(r"^  memory +(\S+) over +(\d+)", pa, re.M)
+    prefill = re.search(r"^  prefill +(\S+) over +(\d+)", pa, re.M)
+    pa_sources = len(re.findall(r"^  \S+ +(?:held out|rest) ", pa, re.M))
+    require(step is not None and memory is not None and prefill is not None, "bench/parallel_fidelity.py changed")
+    m = {k: v.groups() for k, v in med.items()}
+    return "\n\n".join([
+        prose(f"**SGLang's start-up memory** (`python bench/sglang_memory_fidelity.py`, {len(logs)} cited logs "
+              f"from {sources} sources): {sg_all.group(1)} of {sg_all.group(2)} checks within tolerance (weights 5%, KV tokens "
+              f"10%, `max_running_requests`, `chunked_prefill_size` and `mem_fraction_static` exact), "
+              f"{sg_held.group(1)} of {sg_held.group(2)} on the sources no constant was read off."),
+        prose(f"**Speculative decoding** (`python bench/speculative_fidelity.py`, {rows} cited speedups from "
+              f"{sp_sources} sources, a third of the sources held out): median |error| {m['overall'][0]} overall, "
+              f"{m['held_out'][0]} held out ({m['held_out'][1]} rows), {m['engine vllm'][0]} on vLLM's "
+              f"{m['engine vllm'][1]} rows, {m['batch 1'][0]} at batch 1 ({m['batch 1'][1]}) and "
+              f"{m['batch 17-64'][0]} at batch 17-64 ({m['batch 17-64'][1]}); SGLang's tree drafting is taken as "
+              f"a chain of the same depth, {m['engine sglang'][0]} off on its {m['engine sglang'][1]} rows."),
+        prose(f"**Expert, data and pipeline parallelism** (`python bench/parallel_fidelity.py`, "
+              f"{pa_sources} sources, a third held out): start-up pools within a median {memory.group(1)} "
+              f"({memory.group(2)} pools), wide-EP prefill throughput {prefill.group(1)} ({prefill.group(2)}); "
+              f"step times {step.group(3)} on the sources not held out ({step.group(4)}) but {step.group(1)} on the "
+              f"held-out ones ({step.group(2)}: TensorRT-LLM's DeepSeek-R1 decode and vLLM V0 pipelines over "
+              "PCIe), short of the 15% the model is meant to reach."),
+    ])
+
+
 def vllm_memory(out: Out) -> str:
     import yaml
 
@@ -597,6 +662,10 @@ BLOCKS: dict[str, Block] = {
     "plan-workload-no-cache": Block(("plan-workload",), plan_no_cache),
     "calibrate": console("calibrate"),
     "validate": console("validate"),
+    "size-sglang": console("size-sglang"),
+    "size-ep": console("size-ep", lines_from("Parallelism:")),
+    "step-speculative": console("step-speculative", lines_from("Speculative decoding:", "async scheduling")),
+    "engine-fidelity": Block(("sglang-memory", "speculative-fidelity", "parallel-fidelity"), engine_fidelity),
     "vllm-memory": Block(("vllm-memory",), vllm_memory),
     "timing-fidelity": Block(("timing-fidelity",), timing_fidelity),
     "kwon-figure2": Block(("kwon",), kwon_figure2),
