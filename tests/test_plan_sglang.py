@@ -101,3 +101,18 @@ def test_a_fleet_refuses_sglang_replicas():
     wl = config_workload(MODEL, TRAFFIC, Config("L40S", 1, engine="sglang"))
     with pytest.raises(WorkloadError, match="SGLang's is not modelled in a fleet"):
         run_fleet([Group("g", 2, wl)], RouterSpec("round_robin"), iter(()))
+
+
+def test_a_workload_traffic_counts_its_shared_prefixes(tmp_path):
+    """Breaks if plan's traffic from a workload file measures its prompts without the prefix
+    section's shared starts: each request is 1,000 system-prompt tokens + 200 of its own + 50
+    out, so the mean prompt is 1,200 and the longest request (each configuration's
+    max_model_len) 1,250, not 250 (which clipped every request to one output token)."""
+    from kvplan.plan.space import from_workload
+
+    path = tmp_path / "t.yaml"
+    path.write_text(f"name: t\nmodel: {MODEL}\npool: {{slots: 100000}}\nrequests:\n  count: 40\n"
+                    "  prompt: {dist: fixed, value: 200}\n  output: {dist: fixed, value: 50}\n"
+                    "  arrival: {process: poisson, rate: 4}\nprefix: {system_prompts: 1, system_prompt_len: 1000}\n")
+    t = from_workload(path, None, None)
+    assert (t.prompt, t.output, t.max_model_len) == (1200, 50, 1250)
