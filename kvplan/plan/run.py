@@ -76,7 +76,8 @@ def engine_comparison(results: list, engines: list[str], objective: str) -> dict
         row = next((e for e in results if e.feasible and e.config.engine == name), None)
         best[name] = None if row is None else {
             "label": row.config.label, "cost_per_hour": row.cost_per_hour, "replicas": row.replicas,
-            "gpus": row.gpus, "served": row.served, "usd_per_million_tokens": row.usd_per_million_tokens,
+            "gpus": row.gpus, "served": row.served, "capacity": row.capacity,
+            "usd_per_million_tokens": row.usd_per_million_tokens,
             "ttft_p99": row.ttft_p99, "tpot_p99": row.tpot_p99, "e2e_p99": row.e2e_p99}
     first = next((e for e in results if e.feasible), None)
     winner = None if first is None else first.config.engine

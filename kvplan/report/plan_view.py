@@ -119,6 +119,7 @@ def engine_words(doc: dict) -> str | None:
         return (f"{name(winner)} and {name(other)} tie on the {cmp['by']}: {w['label']} and {o['label']} at "
                 f"{_money(w['cost_per_hour'])} and {_money(o['cost_per_hour'])}/hour; {name(winner)} ranks first "
                 f"({'its ' + count(w['gpus'], 'GPU') + ' against ' + str(o['gpus']) + ', ' if w['gpus'] != o['gpus'] else ''}"
+                f"a replica's capacity {w['capacity']:.3g} requests/s against {o['capacity']:.3g}, "
                 f"p99 TTFT {_s(w['ttft_p99'])} s against "
                 f"{_s(o['ttft_p99'])} s, p99 TPOT {_s(w['tpot_p99'], 1e3, '.1f')} ms against "
                 f"{_s(o['tpot_p99'], 1e3, '.1f')} ms).")
@@ -133,7 +134,8 @@ def engine_words(doc: dict) -> str | None:
         else:
             how = f"{100 * cmp['margin']:.0f}% less traffic" if cmp["margin"] is not None else "as much traffic"
         words += (f"; {name(engine)}'s best, {b['label']}, costs {_money(b['cost_per_hour'])}/hour "
-                  f"({how}, at the same targets)")
+                  f"({how}, at the same targets; a replica's capacity {b['capacity']:.3g} requests/s against "
+                  f"{w['capacity']:.3g})")
     if missing:
         words += f"; {' and '.join(missing)} meet{'s' if len(missing) == 1 else ''} them in no configuration"
     return words + "."
