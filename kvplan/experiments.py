@@ -79,7 +79,9 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
     prediction at its defaults), vLLM's scheduler defaults (prefix caching on unless
     `prefix_caching` is False). `max_model_len` (default prompt + output) is the longest request
     the start-up check must fit. `engine` "sglang": served by SGLang as it starts instead
-    (`sglang_spec`)."""
+    (`sglang_spec`, no vLLM start-up check): `max_num_seqs` and `max_num_batched_tokens` are then
+    its max_running_requests and chunked_prefill_size, `prefix_caching` its radix cache, and
+    `block_size` unused (its pages hold one token)."""
     import math
 
     from kvplan.model.size import size
@@ -147,7 +149,6 @@ def sglang_spec(spec: WorkloadSpec, *, max_running_requests: int | None = None,
 FLAGS_PATH = "(the flags)"  # what a flag-made workload names as its file
 FLAG_OF = {"max_model_len": "--prompt", "kv_memory": "--model", "mem_fraction_static": "--model",
            "profile": "--timing-profile"}
-
 
 
 def _flag(field: str | None) -> str:

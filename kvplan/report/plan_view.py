@@ -105,7 +105,7 @@ ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 def engine_words(doc: dict) -> str | None:
     """Which engine wins and by how much, in one line (a plan that compared engines; else None)."""
     cmp = doc.get("engines")
-    if not cmp:
+    if not cmp or len(cmp["best"]) < 2:  # one engine searched: nothing to compare
         return None
     best, winner = cmp["best"], cmp["winner"]
     name = lambda e: ENGINE_NAMES.get(e, e)  # noqa: E731
