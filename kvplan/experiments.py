@@ -73,12 +73,15 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
                   count: int, kv_dtype: str = "auto", max_num_seqs: int | None = None, *,
                   block_size: int = 16, prefix_caching: bool | None = None,
                   max_model_len: int | None = None, timing_profile: str | None = None, seed: int = 0,
-                  max_num_batched_tokens: int | None = None) -> WorkloadSpec:
+                  max_num_batched_tokens: int | None = None, engine: str = "vllm") -> WorkloadSpec:
     """The workload of a flag-only run: fixed lengths, Poisson or all-at-once arrivals, one paged
     allocator (B = `block_size`), the KV pool vLLM would allocate at start-up (kvplan size's
     prediction at its defaults), vLLM's scheduler defaults (prefix caching on unless
     `prefix_caching` is False). `max_model_len` (default prompt + output) is the longest request
-    the start-up check must fit."""
+    the start-up check must fit. `engine` "sglang": served by SGLang as it starts instead
+    (`sglang_spec`, no vLLM start-up check): `max_num_seqs` and `max_num_batched_tokens` are then
+    its max_running_requests and chunked_prefill_size, `prefix_caching` its radix cache, and
+    `block_size` unused (its pages hold one token)."""
     import math
 
     from kvplan.model.size import size
@@ -97,6 +100,15 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
     if not gpu.strip():
         raise UsageError("expected a GPU of the catalog (kvplan gpus), got an empty name", field="--gpu")
     longest = p + o if max_model_len is None else max_model_len
+    if engine == "sglang":
+        return sglang_spec(flag_spec(lambda: WorkloadSpec(
+            name="flags", experiment="serve", seed=int(seed), model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype,
+            pool=PoolRequest(slots=1), requests=SyntheticRequests(count, Lengths(Fixed(p), 1), Lengths(Fixed(o), 0),
+                                                                  Poisson(float(rate)) if rate is not None else AllAtOnce()),
+            scheduler=SchedulerSpec(max_model_len=longest),
+            timing=TimingSpec(profile=Path(timing_profile)) if timing_profile else TimingSpec(), path=FLAGS_PATH)),
+            max_running_requests=max_num_seqs or None, chunked_prefill_size=max_num_batched_tokens or None,
+            radix_cache=prefix_caching is not False)
     run = flag_spec(lambda: size(  # vLLM's start-up pool at the run's own scheduler settings
         model, gpu=gpu, tp=tp, tokens=longest, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs or None,
         max_num_batched_tokens=max_num_batched_tokens or None, enable_prefix_caching=prefix_caching is not False,
@@ -118,8 +130,25 @@ def flag_workload(model: str, gpu: str, tp: int, rate: float | None, prompt: str
         timing=TimingSpec(profile=Path(timing_profile)) if timing_profile else TimingSpec(), path=FLAGS_PATH))
 
 
+def sglang_spec(spec: WorkloadSpec, *, max_running_requests: int | None = None,
+                chunked_prefill_size: int | None = None, radix_cache: bool = True) -> WorkloadSpec:
+    """A flag-made serve spec served by SGLang as it starts: the pool SGLang allocates at its default
+    mem_fraction_static for the GPU and TP, its max_running_requests and chunked_prefill_size for
+    them unless given (build.py's pool rule, `kvplan size --engine sglang`'s), one pool of token
+    pages, the radix cache on unless `radix_cache` is False."""
+    from kvplan.workload.spec import DEFAULT_FRACTION, PoolRequest, SglangSpec
+
+    flags = SglangSpec(max_running_requests=max_running_requests, chunked_prefill_size=chunked_prefill_size,
+                       disable_radix_cache=not radix_cache)
+    return flag_spec(lambda: replace(
+        spec, engine="sglang", sglang=flags, allocators=(AllocatorSpec("paged", block_size=16),),
+        scheduler=replace(spec.scheduler, max_num_seqs=None, max_num_batched_tokens=None),
+        pool=PoolRequest(mem_fraction_static=DEFAULT_FRACTION)))
+
+
 FLAGS_PATH = "(the flags)"  # what a flag-made workload names as its file
-FLAG_OF = {"max_model_len": "--prompt", "kv_memory": "--model", "profile": "--timing-profile"}
+FLAG_OF = {"max_model_len": "--prompt", "kv_memory": "--model", "mem_fraction_static": "--model",
+           "profile": "--timing-profile"}
 
 
 def _flag(field: str | None) -> str:

@@ -283,14 +283,15 @@ def test_a_flag_only_sglang_run_starts_as_sglang_would():
     """Breaks if --engine sglang on a flag-only run keeps vLLM's pool or limits instead of SGLang's
     own start-up (kvplan size --engine sglang: max_total_num_tokens, max_running_requests,
     chunked_prefill_size)."""
-    from kvplan.cli.simulate import _sglang_flags
-    from kvplan.experiments import flag_workload
+    from kvplan.experiments import build_flags, flag_workload
     from kvplan.model.sglang_size import sglang_size
 
     spec = flag_workload("meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", 1, 2.0, "1000", "200", 10)
     m = sglang_size("meta-llama/Llama-3.1-8B-Instruct", gpu="H100-80GB").memory
-    sg = _sglang_flags(spec)
-    assert (sg.engine, sg.pool.slots) == ("sglang", m.max_total_num_tokens)
-    assert (sg.sglang.max_running_requests, sg.sglang.chunked_prefill_size) == (m.max_running_requests,
+    sg = flag_workload("meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", 1, 2.0, "1000", "200", 10, engine="sglang")
+    assert (sg.engine, sg.pool.mem_fraction_static) == ("sglang", "default")
+    wl = build_flags(sg)
+    assert wl.pool.slots == m.max_total_num_tokens
+    assert (wl.sglang.max_running_requests, wl.sglang.chunked_prefill_size) == (m.max_running_requests,
                                                                                m.chunked_prefill_size)
     assert spec.pool.kv_memory is not None and spec.engine == "vllm"  # vLLM's, for comparison

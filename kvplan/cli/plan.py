@@ -31,10 +31,11 @@ def plan(
     gpu: Annotated[Optional[str], typer.Option(help="GPUs to consider: a list (H100-80GB,L40S); default every GPU with a price in the tiers searched.")] = None,
     tp: Annotated[str, typer.Option(help="Tensor-parallel degrees to consider.")] = DEFAULT_TPS,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV dtypes to consider: auto,fp8.")] = "auto",
-    max_num_seqs: Annotated[Optional[str], typer.Option("--max-num-seqs", help="max_num_seqs values to consider (default vLLM's for the GPU).")] = None,
-    max_num_batched_tokens: Annotated[Optional[str], typer.Option("--max-num-batched-tokens", help="max_num_batched_tokens values to consider: 2048,8192 (default vLLM's for the GPU).")] = None,
-    block_size: Annotated[str, typer.Option("--block-size", help="KV block sizes to consider: 16,32.")] = "16",
-    prefix_caching: Annotated[str, typer.Option("--prefix-caching", help="Automatic prefix caching: on, off, or on,off to compare.")] = "on",
+    max_num_seqs: Annotated[Optional[str], typer.Option("--max-num-seqs", help="max_num_seqs values to consider (default vLLM's for the GPU); for SGLang its max_running_requests (default SGLang's).")] = None,
+    max_num_batched_tokens: Annotated[Optional[str], typer.Option("--max-num-batched-tokens", help="max_num_batched_tokens values to consider: 2048,8192 (default vLLM's for the GPU); for SGLang its chunked_prefill_size (default SGLang's).")] = None,
+    block_size: Annotated[str, typer.Option("--block-size", help="KV block sizes to consider: 16,32 (vLLM's; SGLang's pages hold one token).")] = "16",
+    prefix_caching: Annotated[str, typer.Option("--prefix-caching", help="Automatic prefix caching (SGLang: its radix cache): on, off, or on,off to compare.")] = "on",
+    engine: Annotated[str, typer.Option("--engine", help="Serving engines to consider: vllm, sglang, or vllm,sglang to compare (SGLang's scheduler on the pool SGLang starts with, its default mem_fraction_static).")] = "vllm",
     quantization: Annotated[str, typer.Option(help="Weights to consider: none (the checkpoint's), fp8, awq, gptq-int4, gptq-int8 (the re-uploads quantized so).")] = "none",
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs in one node: no TP degree above it (one replica stays in a node).")] = 8,
     price: Annotated[Optional[list[str]], typer.Option(help="Override a price: GPU=USD per GPU-hour, any instance shape (repeatable).")] = None,
@@ -45,7 +46,7 @@ def plan(
     headroom: Annotated[float, typer.Option(help="Share of each replica's capacity left unplanned (0.1: plan each replica at 90% of the highest rate it meets the targets at).")] = 0.10,
     frontier_span: Annotated[float, typer.Option("--frontier-span", help="Simulate for the frontier the configurations costing up to this many times the answer (2: what twice the money buys).")] = 2.0,
     check_seeds: Annotated[int, typer.Option("--check-seeds", help="Fresh samples of the traffic every answer is re-simulated on at its planned load (replicas are added until all meet the targets).")] = 2,
-    router: Annotated[str, typer.Option(help=f"Check the replica count on a fleet behind this router, or the cheapest of a list ({', '.join(ROUTER_NAMES)}), or none.")] = "round_robin",
+    router: Annotated[Optional[str], typer.Option(help=f"Check the replica count on a fleet behind this router, or the cheapest of a list ({', '.join(ROUTER_NAMES)}), or none (default round_robin; none when --engine names sglang, whose replicas the fleet does not run).")] = None,
     disaggregate: Annotated[Optional[float], typer.Option(help="With --router: also try prefill/decode pools of the same GPUs, the KV sent over this many GB/s (1 ms latency).")] = None,
     check_top: Annotated[int, typer.Option("--check-top", help="How many of the best configurations to check on the fleet.")] = 3,
     workers: Annotated[Optional[int], typer.Option(help="Evaluations in parallel (default: every core).")] = None,
@@ -77,7 +78,8 @@ def plan(
     rules = _rules(gpus_limit, budget, headroom, frontier_span, check_seeds)
     lengths = _lengths(rate, prompt, output, count)
     targets = _targets(ttft_p99, tpot_p99, e2e_p99, goodput)
-    routers, transfer = _fleet(router, disaggregate, check_top)
+    engines = _engines(engine, block_size)
+    routers, transfer = _fleet(_router(router, engines), disaggregate, check_top)
     for name, target in (("--csv", csv), ("--plot", plot), ("--html", html)):
         if target is not None:
             check_writable(target, name)
@@ -86,13 +88,17 @@ def plan(
     distinct_outputs({"--csv": csv, "--plot": plot, "--html": html})
     book = load_prices(prices, price, parse_tiers(price_tier))
     configs = _configs(model, _gpus(gpu, book), gpus_per_node, tp, quantization, kv_dtype, max_num_seqs,
-                       max_num_batched_tokens, block_size, prefix_caching)
+                       max_num_batched_tokens, block_size, prefix_caching, engines)
     n = workers if workers is not None else cpus_available()
     if not 1 <= n <= 1024:
         raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
     traffic = _traffic(rate, *lengths, count, workload, timing_profile)
     if speculative is not None or num_speculative_tokens is not None or acceptance is not None:
         from dataclasses import replace
+
+        if "sglang" in engines:
+            raise UsageError("is modelled on vLLM's scheduler only; SGLang's engine runs without speculative "
+                             "decoding, so give --engine vllm with it", field="--speculative")
 
         traffic = replace(traffic, speculative=_speculative(model, speculative, num_speculative_tokens, acceptance,
                                                              routers))
@@ -183,8 +189,32 @@ def _fleet(router: str, disaggregate, check_top: int):
     return tuple(routers), Transfer(disaggregate, 0.001) if disaggregate is not None else None
 
 
+def _engines(text: str, block_size: str) -> list[str]:
+    """The engines compared (vllm, sglang); vLLM's --block-size refused where only SGLang runs."""
+    from kvplan.plan.space import PLAN_ENGINES
+
+    engines = list(dict.fromkeys(e.strip().lower() for e in text.split(",") if e.strip()))
+    if not engines or any(e not in PLAN_ENGINES for e in engines):
+        raise UsageError(f"expected some of {', '.join(PLAN_ENGINES)}, got {text!r}", field="--engine")
+    if engines == ["sglang"] and block_size.strip() != "16":
+        raise UsageError("is vLLM's; SGLang's pool has pages of one token", field="--block-size")
+    return engines
+
+
+def _router(router: str | None, engines: list[str]) -> str:
+    """The fleet check's routers: round_robin by default, none by default with SGLang (the fleet's
+    replicas run vLLM's engine: kvplan/fleet/run.py), refused in one line when asked for with it."""
+    if router is None:
+        return "none" if "sglang" in engines else "round_robin"
+    if "sglang" in engines and router.strip().lower() != "none":
+        raise UsageError("checks the replicas on a fleet, whose replicas run vLLM's engine only; with --engine "
+                         "sglang give --router none", field="--router")
+    return router
+
+
 def _configs(model: str, gpus: list[str], gpus_per_node: int, tp: str, quantization: str, kv_dtype: str,
-             max_num_seqs, max_num_batched_tokens, block_size: str, prefix_caching: str) -> tuple:
+             max_num_seqs, max_num_batched_tokens, block_size: str, prefix_caching: str,
+             engines: list[str] = ("vllm",)) -> tuple:
     """Every configuration of the search space the flags span."""
     from kvplan.model.dtypes import KV_DTYPE_CHOICES
     from kvplan.plan.space import Config
@@ -205,8 +235,9 @@ def _configs(model: str, gpus: list[str], gpus_per_node: int, tp: str, quantizat
                if max_num_batched_tokens else [None])
     blocks = [_int(b, "--block-size", 1, 4096) for b in block_size.split(",")]
     caching = [_switch(c) for c in prefix_caching.split(",")]
-    return tuple(Config(g, t, d, s, b, c, q, m) for g in gpus for t in tps for q in quants for d in dtypes
-                 for b in blocks for c in caching for m in batched for s in seqs)
+    return tuple(Config(g, t, d, s, b, c, q, m, e) for g in gpus for t in tps for q in quants for d in dtypes
+                 for e in engines for b in (blocks if e == "vllm" else [16]) for c in caching for m in batched
+                 for s in seqs)
 
 
 def _traffic(rate, p: int, o: int, count, workload, timing_profile):

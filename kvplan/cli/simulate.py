@@ -66,9 +66,7 @@ def simulate(
 
         spec = flag_workload(model, "H100-80GB" if gpu is None else gpu, 1 if tp is None else tp, rate,
                              prompt or "1000", output or "200", 1000 if count is None else count,
-                             timing_profile=_profile_path(timing_profile))
-        if engine == "sglang":
-            spec = _sglang_flags(spec)
+                             timing_profile=_profile_path(timing_profile), engine=engine or "vllm")
         if show_workload:
             import json as json_module
             import sys
@@ -100,25 +98,6 @@ def simulate(
         simulate_fleet_run(wl, json=json, plot=plot, csv=csv)
     else:
         _simulate_document(wl, json, plot, options)
-
-
-def _sglang_flags(spec):
-    """A flag-only run served by SGLang: its own start-up (kvplan size --engine sglang,
-    kvplan/model/sglang_memory.py) gives the pool (max_total_num_tokens), max_running_requests and
-    chunked_prefill_size, in place of vLLM's."""
-    from dataclasses import replace
-
-    from kvplan.experiments import flag_spec
-    from kvplan.model.sglang_size import sglang_size
-    from kvplan.workload.schema import with_engine
-    from kvplan.workload.spec import PoolRequest, SglangSpec
-
-    m = flag_spec(lambda: sglang_size(spec.model, gpu=spec.gpu, tp=spec.tp, kv_dtype=spec.kv_dtype)).memory
-    if not m.starts:
-        raise UsageError(f"SGLang would not start: {m.reason}", field="--model")
-    spec = with_engine(replace(spec, pool=PoolRequest(slots=m.max_total_num_tokens)), "sglang")
-    return replace(spec, sglang=SglangSpec(chunked_prefill_size=m.chunked_prefill_size,
-                                           max_running_requests=m.max_running_requests))
 
 
 def _workload_path(text: str) -> Path:

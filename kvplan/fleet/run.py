@@ -298,6 +298,9 @@ def run_fleet(groups: list[Group], spec: RouterSpec, chunks, seed: int = 0, *, t
     row per request in the result."""
     replicas: list[Replica] = []
     for g in groups:
+        if g.workload.sglang is not None:  # the replicas below step vLLM's kernel (KernelState)
+            raise WorkloadError("a fleet's replicas run vLLM's scheduler; SGLang's is not modelled in a fleet",
+                                field="engine")
         setup = make_setup(g.workload, g.workload.allocators[0])
         replicas += [Replica(len(replicas) + k, g, setup) for k in range(g.count)]
     if any(g.role != "both" for g in groups):

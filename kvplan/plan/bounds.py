@@ -16,6 +16,9 @@ So, whatever the load:
   scheduled steps (the per-request costs), and the N x output request-steps take at least
   N x output / max_num_seqs steps (the per-step costs); a step lasts at least its GPU time and at
   least its host time (in series the sum, overlapped the larger: either way at least each).
+  SGLang's scheduler (setup.sglang) has the same bounds with its own limits: prefill chunks of
+  chunked_prefill_size, max_running_requests for max_num_seqs, and the cheapest token over steps
+  as large as either (its decode steps are not held to the chunk).
 
 These bounds are what `plan` orders and prunes its search by (kvplan/plan/search.py); the
 infeasible ones give their reason in words without a run.
@@ -76,6 +79,11 @@ def bounds(setup, prompts: np.ndarray, outputs: np.ndarray, prefix_hits: bool) -
     if not clock.timed or n == 0:
         return Bounds(0.0, 0.0, 0.0, math.inf, 0.0)
     budget, cap = max(1, sched.max_num_batched_tokens), max(1, sched.max_num_seqs)
+    linear_budget = budget  # the most tokens of one step
+    if setup.sglang is not None:  # SGLang: prefill chunks of chunked_prefill_size (0: a whole prompt) in steps
+        g = setup.sglang  # of their own, decodes of up to max_running_requests tokens
+        budget, cap = (g.chunked_prefill_size or 2**31), max(1, g.max_running_requests)
+        linear_budget = max(g.chunked_prefill_size or max(g.max_prefill_tokens, int(prompts.max(initial=1))), cap)
     k = _rank_low(n)
     p_sorted, o_sorted = np.sort(prompts), np.sort(outputs)
     p_min, p_k = int(p_sorted[0]), int(p_sorted[k])
@@ -103,7 +111,7 @@ def bounds(setup, prompts: np.ndarray, outputs: np.ndarray, prefix_hits: bool) -
         request_steps /= emit
     steps = request_steps / cap
     if clock.physical:
-        gpu = (clock.overhead * steps + clock.per_request * request_steps + _cheapest_token_ticks(clock, budget) * tokens
+        gpu = (clock.overhead * steps + clock.per_request * request_steps + _cheapest_token_ticks(clock, linear_budget) * tokens
                + clock.kv_per_token * kv + clock.attention_per_pair * pairs)
         host = clock.host * steps + clock.host_per_request * request_steps
         least = max(gpu, host)

@@ -126,7 +126,8 @@ class Replica:
         self.sample = Sample(model, traffic, config)  # raises where vLLM would not start it
         self.setup = make_setup(self.sample.wl, self.sample.spec)  # one clock for every rate
         self.runs = runs
-        self.cap = self.setup.sched.max_num_seqs
+        g = self.setup.sglang  # SGLang's scheduler caps its running batch at max_running_requests
+        self.cap = self.setup.sched.max_num_seqs if g is None else g.max_running_requests
         self.uncapped = replace(self.setup, sched=replace(self.setup.sched, max_num_seqs=0))  # all but the cap
         self.total = self.sample.total
         self.used = self.reused = 0

@@ -140,9 +140,12 @@ class Evaluation:
     def feasible(self) -> bool:
         return self.cost_per_hour is not None
 
-    def to_dict(self) -> dict:
+    def to_dict(self, engine: bool = True) -> dict:
+        """`engine`: keep the config's engine (a plan that searched vLLM alone leaves it out)."""
         d = asdict(self)
         d["config"] = {**asdict(self.config), "label": self.config.label}
+        if not engine:
+            del d["config"]["engine"]
         d["seeds"] = list(self.seeds)
         d["seed_p99s"] = [list(x) for x in self.seed_p99s]
         d["feasible"] = self.feasible

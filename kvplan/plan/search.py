@@ -1,8 +1,11 @@
 """`kvplan plan`: the cheapest deployment that serves a traffic within latency targets, and holds.
 
 For each configuration of the search space (GPU, tensor-parallel degree, KV dtype, max_num_seqs,
-max_num_batched_tokens, block size, prefix caching, weights):
-1. memory first: `kvplan size`'s start-up verdict; a configuration vLLM would not start is out;
+max_num_batched_tokens, block size, prefix caching, weights, and the serving engine: vLLM, or
+SGLang on the pool it starts with, max_num_seqs and max_num_batched_tokens then being its
+max_running_requests and chunked_prefill_size: kvplan/plan/space.Config):
+1. memory first: `kvplan size`'s start-up verdict (`--engine sglang`'s for SGLang); a configuration
+   its engine would not start is out;
 2. closed-form bounds (kvplan/plan/bounds.py): floors under its p99s at any load and a ceiling over
    the rate one replica sustains. A floor above a target rules it out with the reason in words;
    the ceiling bounds its cost from below, which orders the search and prunes it (below);

@@ -36,6 +36,7 @@ class Traffic:
 
 
 WEIGHT_QUANTIZATIONS = ("none", "fp8", "awq", "gptq-int4", "gptq-int8")  # kvplan/model/resolve.QUANT_SUFFIXES
+PLAN_ENGINES = ("vllm", "sglang")  # the serving engines `plan --engine` compares
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -48,9 +49,19 @@ class Config:
     prefix_caching: bool = True  # vLLM V1's default
     quantization: str = "none"  # the weights: the checkpoint's, or a re-upload's (WEIGHT_QUANTIZATIONS)
     max_num_batched_tokens: int | None = None  # None: vllm serve's default for the GPU
+    engine: str = "vllm"  # PLAN_ENGINES. "sglang": SGLang's scheduler on the pool SGLang starts with (its
+    #   default mem_fraction_static for the GPU and TP); max_num_seqs and max_num_batched_tokens are then
+    #   its max_running_requests and chunked_prefill_size (None: SGLang's own), prefix_caching its radix
+    #   cache, block_size unused (pages of one token)
 
     @property
     def label(self) -> str:
+        if self.engine == "sglang":
+            running = f" running {self.max_num_seqs}" if self.max_num_seqs else ""
+            chunk = f" chunk {self.max_num_batched_tokens}" if self.max_num_batched_tokens else ""
+            kv = f" kv {self.kv_dtype}" if self.kv_dtype != "auto" else ""
+            weights = "" if self.quantization == "none" else f" w-{self.quantization}"
+            return f"{self.gpu} x{self.tp} sglang{weights}{kv}{running}{chunk}{'' if self.prefix_caching else ' no-cache'}"
         seqs = f" seqs {self.max_num_seqs}" if self.max_num_seqs else ""
         kv = f" kv {self.kv_dtype}" if self.kv_dtype != "auto" else ""
         block = f" B{self.block_size}" if self.block_size != 16 else ""
@@ -68,12 +79,14 @@ class Config:
     def group(self) -> tuple:
         """Configurations of one group differ only in max_num_seqs (see _Runs)."""
         return (self.gpu, self.tp, self.kv_dtype, self.block_size, self.prefix_caching, self.quantization,
-                self.max_num_batched_tokens or 0)
+                self.max_num_batched_tokens or 0, self.engine)
 
 
 def from_workload(path: Path, rate: float | None, count: int | None) -> Traffic:
     """The traffic of a workload file's requests: the first `count` of them (all by default), at
-    `rate` (default: the file's own, requests over the span of their arrivals)."""
+    `rate` (default: the file's own, requests over the span of their arrivals); their lengths (the
+    mean prompt, the longest request: each configuration's max_model_len) with the shared prefixes
+    of its `prefix:` section, as the engine serves them."""
     from kvplan.experiments import load
 
     try:
@@ -84,7 +97,9 @@ def from_workload(path: Path, rate: float | None, count: int | None) -> Traffic:
     prompt = output = longest = 0
     start = end = None
     seen = 0
-    for c in first(wl.make_requests(), n):
+    from kvplan.workload.prefixes import request_stream
+
+    for c in first(request_stream(wl), n):  # the prompts as served: with the prefix section's shared starts
         if len(c) == 0:
             continue
         seen += len(c)
@@ -122,7 +137,7 @@ def config_workload(model: str, traffic: Traffic, config: Config, seed: int | No
                          max_num_seqs=config.max_num_seqs, block_size=config.block_size,
                          prefix_caching=config.prefix_caching, max_model_len=traffic.max_model_len,
                          timing_profile=traffic.timing_profile, seed=seed or 0,
-                         max_num_batched_tokens=config.max_num_batched_tokens)
+                         max_num_batched_tokens=config.max_num_batched_tokens, engine=config.engine)
     if traffic.speculative is not None:
         spec = replace(spec, speculative=traffic.speculative)
     wl = build_flags(spec)

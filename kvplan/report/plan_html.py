@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from kvplan.report.plan_view import answer_sentence, targets_words, traffic_words
+from kvplan.report.plan_view import answer_sentence, engine_words, targets_words, traffic_words
 from kvplan.text import count, html_link, html_text, plot_label
 
 
@@ -86,6 +86,16 @@ def render_html(doc: dict) -> str:
     if free and g.get("goodput") is None:
         targets += f" (no target for {' or '.join(free)})"
     rules = doc.get("rules", {})
+    engines_line = f'<p id="engines">{esc(engine_words(doc))}</p>\n' if doc.get("engines") else ""
+    memory = ("<li>Memory: vLLM's start-up profile as <code>kvplan size</code> computes it; a configuration vLLM would not "
+              "start is left out.\nServing: kvplan's serve engine with vLLM V1's scheduler defaults and its fitted "
+              "step-time model.</li>")
+    if doc.get("engines"):
+        memory = ("<li>Memory: each engine's start-up as <code>kvplan size --engine vllm|sglang</code> computes it "
+                  "(SGLang at its default mem_fraction_static for the GPU and TP); a configuration its engine would not "
+                  "start is left out.\nServing: kvplan's serve engine with vLLM V1's scheduler or SGLang's "
+                  "(RadixAttention, lpm), at each engine's defaults, and the fitted step-time model restated for each "
+                  "engine.</li>")
     head = ("#", "configuration", "replicas", "GPUs", "tier", "$/hour", "$/M tokens in + out", "$/M output tokens",
             "req/s per replica", "capacity req/s", "p99 TTFT s", "p99 TPOT ms", "p99 E2E s", "why not")
     return f"""<!DOCTYPE html>
@@ -98,7 +108,7 @@ td:nth-child(2), th:nth-child(2) {{ text-align: left; }} .answer {{ font-size: 1
 </style></head><body>
 <h1>kvplan plan: {esc(doc['model'])}</h1>
 <p class="answer" id="answer">{esc(answer_sentence(doc))}</p>
-<h2>Cost against latency</h2>
+{engines_line}<h2>Cost against latency</h2>
 <figure id="frontier-chart">{chart}</figure>
 <h2>Configurations, best first</h2>
 <table id="ranked"><thead><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr></thead>
@@ -109,8 +119,7 @@ td:nth-child(2), th:nth-child(2) {{ text-align: left; }} .answer {{ font-size: 1
 <li>Targets: {esc(targets)}; each replica planned at most at {1 - rules.get('headroom', 0):.0%} of its capacity, and
 every answer re-simulated at its planned load on {count(len(rules.get('seeds') or []), 'fresh sample')} of the traffic
 (the worst of them is reported).</li>
-<li>Memory: vLLM's start-up profile as <code>kvplan size</code> computes it; a configuration vLLM would not start is left out.
-Serving: kvplan's serve engine with vLLM V1's scheduler defaults and its fitted step-time model.</li>
+{memory}
 <li>Prices ({esc(', '.join(rules.get('price_tiers') or []))}; list prices, they go stale):<ul>{prices}</ul></li>
 </ul>
 </body></html>

@@ -85,7 +85,8 @@ def answer_sentence(doc: dict) -> str:
     else:
         fixed = " (its trace fixes every request: no fresh sample)" if rules.get("seeds") else ""
         where, how = f"on the search's sample{fixed}", f" at {plan}"
-    words = [f"Rent {best['replicas']} x {c['tp']} {c['gpu']} ({gpus}{kv}{shape}): "
+    served_by = f", served by {ENGINE_NAMES.get(c['engine'], c['engine'])}" if "engine" in c else ""
+    words = [f"Rent {best['replicas']} x {c['tp']} {c['gpu']}{served_by} ({gpus}{kv}{shape}): "
              f"{_money(best['cost_per_hour'])}/hour, {per_m}, for {traffic_words(t, best['served'])} at {latencies} "
              f"({where}{how}"]
     if doc.get("targets", {}).get("goodput") is not None:
@@ -96,6 +97,48 @@ def answer_sentence(doc: dict) -> str:
         words.append(f" No target was set for {' or '.join(free)}: the plan does not bound "
                      f"{'it' if len(free) == 1 else 'them'}.")
     return "".join(words)
+
+
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def engine_words(doc: dict) -> str | None:
+    """Which engine wins and by how much, in one line (a plan that compared engines; else None)."""
+    cmp = doc.get("engines")
+    if not cmp or len(cmp["best"]) < 2:  # one engine searched: nothing to compare
+        return None
+    best, winner = cmp["best"], cmp["winner"]
+    name = lambda e: ENGINE_NAMES.get(e, e)  # noqa: E731
+    missing = [name(e) for e, b in best.items() if b is None]
+    if winner is None:
+        return "Neither engine meets the targets in the search space."
+    w = best[winner]
+    if cmp["margin"] == 0:  # the same objective: the ranking's tiebreak (fewer GPUs, then the p99 TTFT) decides
+        other = next(e for e, b in best.items() if e != winner and b is not None)
+        o = best[other]
+        return (f"{name(winner)} and {name(other)} tie on the {cmp['by']}: {w['label']} and {o['label']} at "
+                f"{_money(w['cost_per_hour'])} and {_money(o['cost_per_hour'])}/hour; {name(winner)} ranks first "
+                f"({'its ' + count(w['gpus'], 'GPU') + ' against ' + str(o['gpus']) + ', ' if w['gpus'] != o['gpus'] else ''}"
+                f"a replica's capacity {w['capacity']:.3g} requests/s against {o['capacity']:.3g}, "
+                f"p99 TTFT {_s(w['ttft_p99'])} s against "
+                f"{_s(o['ttft_p99'])} s, p99 TPOT {_s(w['tpot_p99'], 1e3, '.1f')} ms against "
+                f"{_s(o['tpot_p99'], 1e3, '.1f')} ms).")
+    words = f"{name(winner)} wins: {w['label']} at {_money(w['cost_per_hour'])}/hour"
+    for engine, b in best.items():
+        if engine == winner or b is None:
+            continue
+        if cmp["by"] == "cost":
+            how = f"{100 * cmp['margin']:.0f}% more" if cmp["margin"] is not None else "as much"
+        elif cmp["by"] == "latency":
+            how = f"a p99 E2E {100 * cmp['margin']:.0f}% longer" if cmp["margin"] is not None else "no faster"
+        else:
+            how = f"{100 * cmp['margin']:.0f}% less traffic" if cmp["margin"] is not None else "as much traffic"
+        words += (f"; {name(engine)}'s best, {b['label']}, costs {_money(b['cost_per_hour'])}/hour "
+                  f"({how}, at the same targets; a replica's capacity {b['capacity']:.3g} requests/s against "
+                  f"{w['capacity']:.3g})")
+    if missing:
+        words += f"; {' and '.join(missing)} meet{'s' if len(missing) == 1 else ''} them in no configuration"
+    return words + "."
 
 
 def search_words(doc: dict) -> str | None:
@@ -136,6 +179,8 @@ def left_out_lines(doc: dict) -> list[str]:
     """One line per step that left configurations out: how many, and one of them with its reason."""
     lines = []
     for kind, words in LEFT_OUT.items():
+        if kind == "memory" and doc.get("engines"):
+            words = "would not start (their engine's start-up memory)"
         rows = [r for r in doc["results"] if not r["feasible"] and r.get("left_out") == kind]
         if rows:
             lines.append(f"{len(rows):,} {words}, e.g. {rows[0]['config']['label']}: {rows[0]['reason']}")
@@ -147,6 +192,8 @@ def render_plan(doc: dict, top: int = 15) -> None:
 
     out = console()
     out.print(printable(answer_sentence(doc)), markup=False)
+    if engine_words(doc):
+        out.print(printable(engine_words(doc)), markup=False)
     objective = doc.get("rules", {}).get("objective", "cost")
     order = {"cost": "cost", "latency": "p99 E2E within the limit", "traffic": "requests/s within the limit"}[objective]
     feasible = [r for r in doc["results"] if r["feasible"]]
@@ -185,7 +232,8 @@ def render_plan(doc: dict, top: int = 15) -> None:
 def write_plan_csv(doc: dict, path: Path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(CSV_FIELDS)
+        engines = bool(doc.get("engines"))  # a plan that compared engines: their column last
+        writer.writerow(CSV_FIELDS + (("engine",) if engines else ()))
         for i, r in enumerate(doc["results"], 1):
             c = r["config"]
             rent = r.get("rental") or {}
@@ -195,4 +243,5 @@ def write_plan_csv(doc: dict, path: Path) -> None:
                              rent.get("instance_gpus", ""), r["usd_per_gpu_hour"], r["cost_per_hour"],
                              r["usd_per_million_tokens"], r["usd_per_million_output_tokens"], r["served"],
                              r["load_per_replica"], r["capacity"], r["saturated"], r["ttft_p99"], r["tpot_p99"],
-                             r["e2e_p99"], r["bound_cost"], r["bound_ttft"], r["reason"] or ""]])
+                             r["e2e_p99"], r["bound_cost"], r["bound_ttft"], r["reason"] or ""]
+                             + ([c["engine"]] if engines else [])])

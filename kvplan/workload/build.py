@@ -23,7 +23,9 @@ from kvplan.workload.distributions import AllAtOnce, Fixed, Lengths, Uniform, sy
 from kvplan.workload.records import (OffloadConfig, PoolSpec, SchedulerConfig, SglangConfig, SpeculativeRun, TimingConfig,
                                      Workload)
 from kvplan.workload.checks import check_int
-from kvplan.workload.spec import MAX_REQUESTS, MAX_SLOTS, PrefixSection, SglangSpec, TraceRequests, WorkloadSpec
+from kvplan.model.sglang_memory import SGLangMemory
+from kvplan.workload.spec import (DEFAULT_FRACTION, MAX_REQUESTS, MAX_SLOTS, PrefixSection, SglangSpec, TraceRequests,
+                                  WorkloadSpec)
 from kvplan.workload.traces import open_trace
 
 DEFAULT_MAX_MODEL_LEN = 8192
@@ -43,7 +45,8 @@ def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None
     layout = model.layout if model is not None else None
     bytes_per_slot = layout.bytes_per_token if layout is not None else None
     scheduler = _scheduler(spec, layout, bytes_per_slot, model.gpu if model is not None else None)
-    pool = _pool(spec, model, bytes_per_slot, scheduler)
+    started = _sglang_startup(spec, model) if spec.pool.mem_fraction_static is not None else None
+    pool = _pool(spec, model, bytes_per_slot, scheduler, started)
     speculative = None
     if spec.speculative is not None:
         speculative, pool = _speculative(spec, model, pool)
@@ -57,7 +60,7 @@ def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None
         num_requests=num_requests, pool=pool, allocators=allocators, scheduler=scheduler,
         timing=_timing(spec, model), make_requests=make, layout=layout,
         contiguous_max_len=contiguous[0] if contiguous else mml, prefix=_prefix(spec, mml), sampling=spec.sampling,
-        offload=_offload(spec, layout, bytes_per_slot), sglang=_sglang(spec, scheduler), spec=spec,
+        offload=_offload(spec, layout, bytes_per_slot), sglang=_sglang(spec, scheduler, started), spec=spec,
         speculative=speculative,
     )  # fmt: skip
 
@@ -67,15 +70,19 @@ SGLANG_CHUNKED_PREFILL_SIZE = 8192  # server_args.py: chunked_prefill_size on a 
 SGLANG_MAX_PREFILL_TOKENS = 16384  # server_args.py: max_prefill_tokens: int = 16384
 
 
-def _sglang(spec: WorkloadSpec, scheduler: SchedulerConfig) -> SglangConfig | None:
-    """SGLang's scheduler settings of an `engine: sglang` run: its flags, else its defaults; the
-    running batch's cap defaults to the scheduler's max_num_seqs (SGLang derives its own from the
-    pool at start-up: kvplan/model/sglang_memory.py, wired by the pool rule)."""
+def _sglang(spec: WorkloadSpec, scheduler: SchedulerConfig, started: SGLangMemory | None = None) -> SglangConfig | None:
+    """SGLang's scheduler settings of an `engine: sglang` run: its flags, else its defaults. With
+    pool.mem_fraction_static (`started`: SGLang's start-up, which takes the flags given) its
+    chunked_prefill_size and max_running_requests are SGLang's own for the GPU and pool; with a
+    pool of slots or bytes, 8192 and the scheduler's max_num_seqs."""
     if spec.engine != "sglang":
         return None
     g = spec.sglang
     if g is None:
         g = SglangSpec()
+    if started is not None:
+        g = replace(g, chunked_prefill_size=started.chunked_prefill_size,
+                    max_running_requests=started.max_running_requests)
     chunk = SGLANG_CHUNKED_PREFILL_SIZE if g.chunked_prefill_size is None else g.chunked_prefill_size
     return SglangConfig(
         schedule_policy=g.schedule_policy, schedule_conservativeness=g.schedule_conservativeness,
@@ -146,13 +153,13 @@ def _model(spec: WorkloadSpec, resolve_model: ResolveModel | None) -> ModelFacts
 
 
 def _pool(spec: WorkloadSpec, model: ModelFacts | None, bytes_per_slot: int | None,
-          scheduler: SchedulerConfig) -> PoolSpec:
+          scheduler: SchedulerConfig, started: SGLangMemory | None = None) -> PoolSpec:
     asked = spec.pool
     key = asked.key
     where = f"pool.{key}"
-    if key == "slots":
-        kv = asked.slots * bytes_per_slot if bytes_per_slot else None
-        return PoolSpec(asked.slots, bytes_per_slot, kv)
+    if key in ("slots", "mem_fraction_static"):
+        slots = asked.slots if started is None else started.max_total_num_tokens
+        return PoolSpec(slots, bytes_per_slot, slots * bytes_per_slot if bytes_per_slot else None)
     if not bytes_per_slot:
         raise _fail(where, f"{key} needs a model with per-token KV (to turn bytes into slots)")
     if key == "kv_memory":
@@ -172,6 +179,37 @@ def _pool(spec: WorkloadSpec, model: ModelFacts | None, bytes_per_slot: int | No
     if not 1 <= slots <= MAX_SLOTS:
         raise _fail(where, f"gives {slots} token slots; expected 1 to 2^40 ({MAX_SLOTS})")
     return PoolSpec(slots, bytes_per_slot, kv)
+
+
+def _sglang_startup(spec: WorkloadSpec, model: ModelFacts | None) -> SGLangMemory:
+    """What SGLang allocates at start-up for pool.mem_fraction_static (a fraction, or SGLang's default
+    for the GPU and TP), with the `sglang:` flags that enter it (chunked_prefill_size,
+    max_running_requests): `kvplan size --engine sglang`'s rule (kvplan/model/sglang_memory.py), the
+    server launched without --context-length (the model's context); an error in SGLang's words where
+    it would not start."""
+    from kvplan.model.sglang_memory import startup_memory
+
+    where = "pool.mem_fraction_static"
+    gpu = model.gpu if model is not None else None
+    if model is None or gpu is None:
+        raise _fail(where, "needs a model and a gpu: SGLang sizes its pool from the GPU's memory and the weights")
+    if model.spec is None:
+        raise _fail(where, "the pool SGLang allocates at start-up needs the model's config; give pool.slots")
+    asked = spec.pool.mem_fraction_static
+    g = spec.sglang if spec.sglang is not None else SglangSpec()
+    try:
+        m = startup_memory(layout=model.layout, weights=int(model.weight_bytes or 0),
+                           gpu_memory=getattr(gpu, "cuda_memory_bytes", 0) or gpu.memory_bytes, tp=spec.tp,
+                           context_len=model.spec.max_context or DEFAULT_MAX_MODEL_LEN,
+                           mem_fraction_static=None if asked == DEFAULT_FRACTION else asked,
+                           chunked_prefill_size=g.chunked_prefill_size, max_running_requests=g.max_running_requests,
+                           model_type=getattr(model.spec, "model_type", ""),
+                           link_bytes_per_s=getattr(gpu, "link_bytes_per_s", 0.0), smi_memory=gpu.memory_bytes)
+    except KvplanError as exc:  # a model SGLang's pool rule does not cover
+        raise _fail("engine" if exc.field == "--engine" else where, exc.message) from None
+    if not m.starts:
+        raise _fail(where, f"SGLang would not start: {m.reason}")
+    return m
 
 
 def _startup_pool(model: ModelFacts, util: float, scheduler: SchedulerConfig, where: str) -> int:

@@ -98,7 +98,11 @@ def workload_schema() -> dict:
     pool = {"oneOf": [_closed({"slots": COUNT}, ("slots",)), _closed({"kv_memory": SIZE}, ("kv_memory",)),
                       _closed({"gpu_memory_utilization": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
                                "engine": {"enum": ["vllm", "none"]}},
-                              ("gpu_memory_utilization",))]}
+                              ("gpu_memory_utilization",)),
+                      _closed({"mem_fraction_static": {"anyOf": [
+                          {"type": "number", "exclusiveMinimum": 0, "maximum": 1}, {"const": "default"}],
+                          "description": "engine: sglang: SGLang's start-up pool (default: SGLang's fraction "
+                                         "for the GPU and TP)"}}, ("mem_fraction_static",))]}
     allocator = {"oneOf": [
         _closed({"kind": {"const": "contiguous"}, "policy": {"enum": ["max", "pow2", "oracle"]}, "max_len": COUNT},
                 ("kind",)),

@@ -9,10 +9,11 @@ model: meta-llama/Meta-Llama-3-8B   # any `kvplan size` model argument (optional
 kv_dtype: auto                # auto|fp32|bf16|fp16|fp8|int8|int4 (or vLLM's fp8_e4m3, fp8_e5m2)
 tp: 1
 gpu: H100-80GB                # optional, needs model; enables the roofline time model
-pool:                         # exactly one of slots | kv_memory | gpu_memory_utilization
+pool:                         # exactly one of slots | kv_memory | gpu_memory_utilization | mem_fraction_static
   slots: 131072
   # kv_memory: 16GiB          #   needs model: slots = kv_memory // layout.bytes_per_token
   # gpu_memory_utilization: 0.92  # needs model+gpu: vLLM's start-up pool (engine: none: util x memory - weights)
+  # mem_fraction_static: default  # engine: sglang, needs model+gpu: SGLang's start-up pool (or a fraction)
 requests:                     # synthetic: count (<= 50M), prompt, output, arrival; or a trace
   count: 500
   prompt: {dist: uniform, low: 100, high: 2000}   # + optional min (>= 1) / max
@@ -65,7 +66,7 @@ from kvplan.workload.chunks import MAX_TOKENS
 from kvplan.workload.spec import (
     BEAM_PARENTS, DEFAULT_PROXY_S, EXPERIMENTS, GROUP_OVERRIDES, MAX_LINK_GB_PER_S, MAX_OFFLOAD_BYTES, MAX_REPLICAS,
     MAX_REQUESTS, MAX_SLO_S, MAX_SLOTS, MIN_OFFLOAD_GB_PER_S,
-    MIN_EFFICIENCY, POOL_ENGINES, ENGINES, SCHEDULE_POLICIES, SglangSpec, POOL_KEYS, POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, SLO_KEYS, TIMING_MODELS,
+    MIN_EFFICIENCY, POOL_ENGINES, DEFAULT_FRACTION, ENGINES, SCHEDULE_POLICIES, SglangSpec, POOL_KEYS, POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, SLO_KEYS, TIMING_MODELS,
     TOO_LONG, FleetSpec, GroupSpec, PoolRequest, PrefixSection, PrefixSpec, SamplingSpec, SchedulerSpec, SloSpec,
     SyntheticRequests, TimingSpec, TraceRequests, Transfer, WorkloadSpec, OffloadSpec, SpeculativeSpec,
 )  # fmt: skip
@@ -227,6 +228,11 @@ def _pool(node: YamlMap) -> PoolRequest:
         value = node.get_int("slots", ge=1, le=MAX_SLOTS)
     elif key == "kv_memory":
         value = node.get_size("kv_memory", gt=0)
+    elif key == "mem_fraction_static" and isinstance(node.node(key).to_python(), str):
+        if node.node(key).to_python() != DEFAULT_FRACTION:  # SGLang's own for the GPU and TP
+            raise node.node(key).error(f"expected a number in (0, 1] or {DEFAULT_FRACTION} (SGLang's for the GPU "
+                                       f"and TP), got {node.node(key).to_python()!r}")
+        value = DEFAULT_FRACTION
     else:
         value = node.get_float(key, gt=0, le=1)
     values = {key: value}

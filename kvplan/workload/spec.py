@@ -76,20 +76,25 @@ class AllocatorSpec:
 
 
 
-POOL_KEYS = ("slots", "kv_memory", "gpu_memory_utilization")
+POOL_KEYS = ("slots", "kv_memory", "gpu_memory_utilization", "mem_fraction_static")
 POOL_ENGINES = ("vllm", "none")
+DEFAULT_FRACTION = "default"  # pool.mem_fraction_static: SGLang's own default for the GPU and TP
 
 
 @dataclass(frozen=True, slots=True)
 class PoolRequest:
-    """The KV pool asked for: exactly one of token `slots`, `kv_memory` bytes, or vLLM's
+    """The KV pool asked for: exactly one of token `slots`, `kv_memory` bytes, vLLM's
     `gpu_memory_utilization`: what vLLM allocates at start-up at that utilization, with the
     workload's scheduler settings (kvplan/model/vllm_memory.py, as `kvplan size` prints it), or
-    with `engine: none` the bare bound utilization x GPU memory - weights."""
+    with `engine: none` the bare bound utilization x GPU memory - weights; or SGLang's
+    `mem_fraction_static` (engine: sglang; a fraction, or "default": SGLang's for the GPU and TP):
+    the max_total_num_tokens SGLang allocates at start-up (kvplan/model/sglang_memory.py, as
+    `kvplan size --engine sglang` prints it)."""
 
     slots: int | None = None
     kv_memory: int | None = None
     gpu_memory_utilization: float | None = None
+    mem_fraction_static: float | str | None = None  # a fraction in (0, 1], or DEFAULT_FRACTION
     engine: str = "vllm"  # gpu_memory_utilization: "vllm", the pool vLLM allocates at start-up (kvplan
     #   size's); "none", the bare bound utilization x GPU memory - weights
 
@@ -105,6 +110,11 @@ class PoolRequest:
         check_int(self.slots, "slots", ge=1, le=MAX_SLOTS, optional=True)
         check_int(self.kv_memory, "kv_memory", gt=0, optional=True)
         check_float(self.gpu_memory_utilization, "gpu_memory_utilization", gt=0, le=1, optional=True)
+        if self.mem_fraction_static != DEFAULT_FRACTION:
+            if isinstance(self.mem_fraction_static, str):
+                raise _fail("mem_fraction_static", f"expected a number in (0, 1] or {DEFAULT_FRACTION} (SGLang's "
+                                                   f"for the GPU and TP), got {self.mem_fraction_static!r}")
+            check_float(self.mem_fraction_static, "mem_fraction_static", gt=0, le=1, optional=True)
 
     @property
     def key(self) -> str:
@@ -600,6 +610,9 @@ class WorkloadSpec:
         if self.engine == "vllm":
             if self.sglang is not None:
                 raise _fail("sglang", "applies to engine: sglang")
+            if self.pool.mem_fraction_static is not None:
+                raise _fail("pool.mem_fraction_static", "sizes SGLang's start-up pool (engine: sglang); for vLLM "
+                                                        "give pool.gpu_memory_utilization")
             return
         if self.experiment != "serve":
             raise _fail("engine", f"sglang runs serve experiments only, and this is experiment: {self.experiment}")
@@ -608,9 +621,15 @@ class WorkloadSpec:
         if self.speculative is not None:
             raise _fail("speculative", "is modelled on vLLM's scheduler; engine: sglang runs without it")
         if self.pool.gpu_memory_utilization is not None:
-            raise _fail("pool.gpu_memory_utilization", "sizes vLLM's start-up pool; for engine: sglang give the pool "
-                                                       "SGLang starts with as pool.slots (kvplan size MODEL --gpu GPU "
-                                                       "--engine sglang prints max_total_num_tokens)")
+            raise _fail("pool.gpu_memory_utilization", "sizes vLLM's start-up pool; for engine: sglang give "
+                                                       "pool.mem_fraction_static (SGLang's start-up rule; default: "
+                                                       "SGLang's for the GPU and TP)")
+        if self.pool.mem_fraction_static is not None:
+            for key, theirs in (("max_num_seqs", "max_running_requests"),
+                                ("max_num_batched_tokens", "chunked_prefill_size")):
+                if getattr(self.scheduler, key) is not None:
+                    raise _fail(f"scheduler.{key}", f"is vLLM's; with pool.mem_fraction_static SGLang's start-up "
+                                                    f"sets its own: give sglang.{theirs}")
         if self.scheduler.preemption != "recompute":
             raise _fail("scheduler.preemption", "SGLang retracts requests (their KV is dropped and recomputed): "
                                                 "engine: sglang takes preemption: recompute")
