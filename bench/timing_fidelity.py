@@ -36,6 +36,17 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
   preempted by recompute finds its freed prompt blocks still cached when it comes back.
 - vLLM V0's multi-step scheduling (--num-scheduler-steps k) admits new requests only between windows
   of k decode steps: TTFT + (k - 1) / 2 x the predicted TPOT.
+- SGLang's runs, by default, as vLLM would serve them (vLLM's pool, limits and scheduler, the
+  SGLang factors below). With --sglang-own (values["_sglang"]) as SGLang runs them (sglang_setup):
+  its start-up pool at the run's release, GPU, TP and stated --mem-fraction-static
+  (kvplan/model/sglang_memory.py; slots = max_total_num_tokens), its max_running_requests and
+  chunked_prefill_size, --disable-radix-cache where stated, SGLang's scheduler (kvplan/sim/
+  sglang.py); from v0.4 its overlap scheduler's extra step before a request is taken (overlap_lag)
+  and, with prefill and decode in separate steps, a client's median inter-token gap that is a
+  decode step alone (prefill_share). Not the default: bench/sglang_fidelity.py compares the two by
+  regime and source, and SGLang's own rules do not yet beat vLLM's in every regime (closed-loop
+  throughput and ITL, light-load TTFT). Models SGLang's engine is not modelled for (sliding
+  windows, recurrent state) keep vLLM's restatement either way.
 - Runs with expert parallelism or attention data parallelism are skipped (kvplan splits experts by
   TP only).
 - fp8 on a bf16 catalog checkpoint is vLLM's online fp8 (W8A8); "H100" without a form factor is
@@ -56,7 +67,7 @@ client's, not the server's. `--fit` refits the constants of kvplan/model/step_ti
 prints them; the file then states them by hand. `--json FILE` writes the per-regime medians of
 the shipped constants (tests/data/timing_fidelity_baseline.json, which a test keeps).
 
-Run: python bench/timing_fidelity.py [--fit] [--quick] [--workers N] [--json FILE]
+Run: python bench/timing_fidelity.py [--fit] [--quick] [--workers N] [--json FILE] [--sglang-own]
 """
 
 from __future__ import annotations
@@ -204,7 +215,7 @@ def engine_limits(entry: dict, spec, weights, layout, gpu, tp: int, mml: int):
       pages: "--kv_cache_free_gpu_mem_fraction 0.95" in many cases); served (Triton, trtllm-serve)
       with the build defaults, max_batch_size 2048 and max_num_tokens 8192 (BuildConfig), and
       kv_cache_free_gpu_mem_fraction 0.9 (KvCacheConfig's default). Chunked context is on.
-    - SGLang and others: vLLM's V1 defaults (an approximation)."""
+    - SGLang and others: vLLM's V1 defaults (an approximation; SGLang's own: sglang_setup)."""
     from kvplan.model.vllm_memory import default_batch
 
     setup = entry["setup"]
@@ -248,6 +259,84 @@ def async_scheduling(entry: dict) -> bool:
     return rt == "tensorrt-llm-pytorch"
 
 
+# SGLang's server flags a run states in its notes (the launch command as the source quotes it); the
+# client's flags (--max-concurrency, --request-rate ...) are the client's and read elsewhere
+SGLANG_SERVER_FLAGS = {
+    "mem_fraction_static": r"--mem-frac(?:tion-static)?[ =]([0-9]*\.?[0-9]+)",
+    "chunked_prefill_size": r"--chunked-prefill-size[ =](-?\d+)",
+    "max_running_requests": r"--max-running-requests[ =](\d+)",
+    "schedule_conservativeness": r"--schedule-conservativeness[ =]([0-9]*\.?[0-9]+)",
+}
+# "SGLang as SGLang runs it" (sglang_setup) or as vLLM would (vLLM's pool, limits and scheduler: the
+# restatement before SGLang's engine existed); values["_sglang"] picks one for a run
+SGLANG_AS_SGLANG = False
+
+
+def sglang_flags(entry: dict) -> dict:
+    """The SGLang server flags stated in a run's notes: {field: value} of SGLANG_SERVER_FLAGS, and
+    disable_radix_cache (--disable-radix-cache)."""
+    notes = str(entry.get("notes"))
+    out: dict = {}
+    for name, pattern in SGLANG_SERVER_FLAGS.items():
+        match = re.search(pattern, notes)
+        if match:
+            out[name] = float(match[1]) if "." in match[1] else int(match[1])
+    out["disable_radix_cache"] = bool(re.search(r"--disable-radix-cache\b", notes))
+    return out
+
+
+def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int):
+    """SGLang's own start-up for a run (kvplan/model/sglang_memory.startup_memory) at the entry's
+    release (the current rules when it states none), GPU, TP and stated flags: (SglangConfig, pool
+    slots = max_total_num_tokens, SGLangMemory), or None where SGLang's engine is not modelled for
+    the model (sliding windows or recurrent state: vLLM's restatement stays) or it would not start.
+    The scheduler: SGLang's defaults for every release in the corpus (server_args.py: lpm,
+    schedule_conservativeness 1.0, max_prefill_tokens 16384, the radix cache on), chunked_prefill_size
+    by the GPU's memory (sglang_memory.batch_defaults), max_running_requests from the pool."""
+    from kvplan.errors import KvplanError
+    from kvplan.model.sglang_memory import SGLANG_RELEASE, startup_memory
+    from kvplan.model.vllm_kv_groups import is_hybrid
+    from kvplan.workload.records import SglangConfig
+
+    if is_hybrid(layout):
+        return None
+    flags = sglang_flags(entry)
+    try:
+        m = startup_memory(layout=layout, weights=weights.bytes_per_gpu(tp, gpu), gpu_memory=gpu.cuda_memory_bytes,
+                           tp=tp, context_len=context, release=str(entry.get("engine_version") or SGLANG_RELEASE),
+                           mem_fraction_static=flags.get("mem_fraction_static"),
+                           chunked_prefill_size=flags.get("chunked_prefill_size"),
+                           max_running_requests=entry["setup"].get("max_num_seqs") or flags.get("max_running_requests"),
+                           model_type=spec.model_type, link_bytes_per_s=gpu.link_bytes_per_s,
+                           smi_memory=gpu.memory_bytes)
+    except KvplanError:
+        return None
+    if not m.starts:
+        return None
+    chunk = m.chunked_prefill_size
+    cfg = SglangConfig(schedule_conservativeness=float(flags.get("schedule_conservativeness", 1.0)),
+                       chunked_prefill_size=0 if chunk == -1 else int(chunk),
+                       max_running_requests=int(m.max_running_requests),
+                       radix_cache=not flags["disable_radix_cache"])
+    return cfg, int(m.max_total_num_tokens), m
+
+
+def sglang_restated(entry: dict) -> bool:
+    """Whether SGLang's own rules (sglang_setup) restate this run, rather than vLLM's."""
+    from kvplan.model.build import build_layout
+    from kvplan.model.gpus import get_gpu
+    from kvplan.model.weights import estimate_weights
+
+    gpu_name = _gpu(entry["gpu"])
+    spec, online = _spec_and_quant(entry["model"], entry.get("quantization"))
+    if runtime(entry) != "sglang" or gpu_name is None or spec is None:
+        return False
+    tp = entry["tp"] or int((re.match(r"(\d+)x", str(entry["gpu"])) or [0, 1])[1])
+    layout = build_layout(spec, "fp8" if entry.get("kv_cache_dtype") == "fp8" else "auto", tp)
+    context = entry["setup"].get("max_model_len") or spec.max_context or 32768
+    return sglang_setup(entry, spec, layout, estimate_weights(spec, online), get_gpu(gpu_name), tp, int(context)) is not None
+
+
 def build_case(entry: dict, values: dict | None = None):
     """(workload, allocator, what to compare) for one measurement, or None when it cannot be run.
     `values`: the constants (StepConstants fields), the engine and server factors ("engine:NAME",
@@ -288,13 +377,30 @@ def build_case(entry: dict, values: dict | None = None):
         m = report.memory_breakdown
         pool = int(fraction * (m["total"] - m["weights"] - m["activation"] - m["non_torch"]))
     slots = pool // max(layout.bytes_per_token, 1)
+    values = values or {}
+    # SGLang's runs as SGLang runs them (values["_sglang"], default SGLANG_AS_SGLANG): its own pool,
+    # running cap and chunk, and its scheduler (kvplan/sim/sglang.py); vLLM's restatement where
+    # SGLang's engine is not modelled for the model
+    sglang_own = None
+    if (runtime(entry) == "sglang" and values.get("_sglang", SGLANG_AS_SGLANG) and not values.get("_roofline")
+            and not values.get("_old")):
+        sglang_own = sglang_setup(entry, spec, layout, weights, gpu, tp,
+                                  int(setup.get("max_model_len") or spec.max_context or mml))
+    if sglang_own is not None:
+        slots = sglang_own[1]
+        # SGLang takes requests up to min(context_len, max_total_num_tokens) - 1 tokens (Scheduler's
+        # max_req_len): a pool smaller than the context is served, not refused
+        mml = min(mml, slots - 32)
+        seqs, tokens = sglang_own[0].max_running_requests, sglang_own[0].chunked_prefill_size or max(mml, 8192)
     if slots < mml + 32:
         return None  # the model does not fit as restated
-    values = values or {}
     names = set(StepConstants.__dataclass_fields__)
     c = replace(CONSTANTS, **{k: v for k, v in values.items() if k in names})
     factor = values.get("engine:" + runtime(entry), ENGINE_OVERHEAD_FACTOR.get(runtime(entry), 1.0))
-    front = values.get("server:" + str(entry.get("server")), SERVER_FRONTEND_FACTOR.get(str(entry.get("server")), 1.0))
+    server = str(entry.get("server"))
+    if sglang_own is not None:  # "sglang (image lmsysorg/sglang:...)" is SGLang's server too
+        server = server.split(" (")[0]
+    front = values.get("server:" + server, SERVER_FRONTEND_FACTOR.get(server, 1.0))
     if values.get("_old"):  # the structure before: intake and streaming scaled by the server's factor either way
         c = replace(c, step_overhead_s=c.step_overhead_s * factor, request_overhead_s=c.request_overhead_s * factor,
                     frontend_latency_s=c.frontend_latency_s * front, frontend_request_s=c.frontend_request_s * front,
@@ -357,8 +463,8 @@ def build_case(entry: dict, values: dict | None = None):
 
     # "_sglang_scheduler": SGLang's runs scheduled as SGLang does (kvplan/sim/sglang.py; bench/
     # sglang_fidelity.py compares), its running cap the same max_num_seqs; off: vLLM's scheduler
-    sglang = None
-    if (values or {}).get("_sglang_scheduler") and runtime(entry) == "sglang":
+    sglang = sglang_own[0] if sglang_own is not None else None
+    if sglang is None and values.get("_sglang_scheduler") and runtime(entry) == "sglang":
         from kvplan.workload.records import SglangConfig
 
         sglang = SglangConfig(max_running_requests=int(seqs))  # SGLang's own chunk and prefill budgets
@@ -387,6 +493,47 @@ def run_case(entry: dict, values: dict | None = None):
     return run_benchmark(workload, arrival, alloc, clients)
 
 
+def overlap_lag(entry: dict, values: dict | None = None) -> bool:
+    """Whether a run's requests wait one more step for SGLang's overlap scheduler (its default from
+    v0.4, "zero-overhead batch scheduler"; async_scheduling): each pass of its event loop
+    (managers/scheduler.py event_loop_overlap) receives new requests, schedules and launches batch
+    k, and only then waits for batch k - 1's results, so batch k is queued on the GPU before a
+    request that came during k - 1 can be scheduled: it runs in batch k + 1, a step later than the
+    loop in series (event_loop_normal) would take it, and its later steps follow it (its E2E moves
+    by the same step). An idle engine (one request at a time) takes it at once. Only where SGLang's
+    own rules restate the run (sglang_setup): kvplan's SGLang scheduler runs in series; the step
+    is a decode step, the run's mean TPOT less the prefill steps' share (prefill_share)."""
+    values = values or {}
+    setup = entry["setup"]
+    single = entry["kind"] == "latency" or setup.get("max_concurrency") == 1 or setup.get("batch_size") == 1
+    return (runtime(entry) == "sglang" and bool(values.get("_sglang", SGLANG_AS_SGLANG)) and not values.get("_old")
+            and not values.get("_roofline") and async_scheduling(entry) and not single and sglang_restated(entry))
+
+
+GAPS_WITH_PREFILL_MAX = 0.5  # past this share of token gaps holding a prefill step, the median gap holds one
+
+
+def prefill_share(entry: dict, values: dict | None, r) -> tuple[float, float]:
+    """(f, g) of a run SGLang's scheduler served, whose prefill and decode steps are separate
+    (enable_mixed_chunk is off by default): f the share of the run's time in prefill steps (the
+    step model's time of every request's prefill, in chunks of chunked_prefill_size, over the
+    makespan), g the share of token gaps that hold one (each prefill step stops every running
+    request once: about the prefill steps over the decode steps)."""
+    from kvplan.model.step_time import prefill_pairs
+
+    built = build_case(entry, values)
+    workload = built[0](built[1])
+    step, chunk = workload.timing.step, workload.sglang.chunked_prefill_size or 1 << 62
+    prefill, pieces = 0.0, 0
+    for prompt in next(iter(workload.make_requests())).prompt_len:
+        done = 0
+        while done < prompt:
+            c = int(min(chunk, prompt - done))
+            prefill += step.step_s(tokens=c, requests=1, kv_read=done, pairs=prefill_pairs(c, done))
+            done, pieces = done + c, pieces + 1
+    return min(prefill / max(r.makespan, 1e-9), 1.0), pieces / max(r.steps - pieces, 1)
+
+
 def predictions(entry: dict, values: dict | None = None) -> dict | None:
     """Metric -> (predicted, measured) for one measurement."""
     r = run_case(entry, values)
@@ -394,6 +541,10 @@ def predictions(entry: dict, values: dict | None = None) -> dict | None:
         return None
     m = entry["measured"]
     out: dict = {}
+    # SGLang's overlap scheduler: a request waits one more decode step (overlap_lag), the TPOT less
+    # the prefill steps' share of the time (prefill_share)
+    share, gaps = prefill_share(entry, values, r) if overlap_lag(entry, values) else (None, None)
+    lag = r.tpot.mean * (1.0 - share) if share is not None else 0.0
 
     def stat(dist, which):
         return dist.p50 if which == "median" else dist.mean
@@ -405,13 +556,21 @@ def predictions(entry: dict, values: dict | None = None) -> dict | None:
         steps = entry["setup"].get("num_scheduler_steps") or 1
         if steps > 1:  # vLLM V0 multi-step: a new request waits for the window of `steps` decode steps to end
             ttft += (steps - 1) / 2 * r.tpot.mean
+        ttft += lag
         out["ttft"] = (ttft * 1e3, m["ttft_ms"])
     itl = m.get("tpot_ms") or m.get("itl_ms")  # per-request TPOT, what kvplan reports
     if itl and entry["kind"] != "latency":
-        out["itl"] = (stat(r.tpot, m.get("itl_stat")) * 1e3, itl)
+        gap = stat(r.tpot, m.get("itl_stat"))
+        if share is not None and not m.get("tpot_ms") and m.get("itl_stat") == "median" and gaps <= GAPS_WITH_PREFILL_MAX:
+            # the client's median inter-token gap (sglang.bench_serving's "Median ITL"): with
+            # separate prefill steps in a minority of the gaps, the median gap is a decode step
+            # alone, the median TPOT less the prefill steps' share. (vLLM's mixed steps put a
+            # prefill chunk into a decode step instead: its runs keep the TPOT.)
+            gap = r.tpot.p50 * (1.0 - share)
+        out["itl"] = (gap * 1e3, itl)
     e2e = m.get("e2e_latency_s") or (m["e2e_ms"] / 1e3 if m.get("e2e_ms") else None)  # printed in s or ms
     if e2e:
-        out["e2e"] = (stat(r.e2e, m.get("e2e_stat")), e2e)
+        out["e2e"] = (stat(r.e2e, m.get("e2e_stat")) + lag, e2e)
     return out
 
 
@@ -568,7 +727,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="the shipped default and the old one only, no leave-one-out")
     ap.add_argument("--json", type=Path, help="write the per-regime medians here (the test's baseline)")
+    ap.add_argument("--sglang-own", action="store_true",
+                    help="restate SGLang's runs by SGLang's own rules (sglang_setup; bench/sglang_fidelity.py compares)")
     args = ap.parse_args()
+    if args.sglang_own:
+        global SGLANG_AS_SGLANG
+        SGLANG_AS_SGLANG = True
     entries = load_entries()
     all_cases = cases(entries)
     prm = params()

@@ -1,0 +1,91 @@
+"""bench/timing_fidelity.py's restatement of SGLang's measured runs by SGLang's own rules
+(sglang_setup, overlap_lag, prefill_share; bench/sglang_fidelity.py compares it with vLLM's)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "data" / "step_time_measurements.yaml"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("timing_fidelity", ROOT / "bench" / "timing_fidelity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def entries():
+    return {e["id"]: e for e in yaml.safe_load(CORPUS.read_text(encoding="utf-8"))["measurements"]}
+
+
+def test_server_flags_are_read_from_the_quoted_launch_command(bench, entries):
+    """The datacrunch 405B runs launch with --disable-radix-cache and --mem-frac 0.87, the
+    MiniMax-M2 cookbook runs with --mem-fraction-static 0.85; gpustack's launch states neither."""
+    flags = bench.sglang_flags(entries["datacrunch-llama31-405b-h200-sglang-tp8-random1024-1024-rps1"])
+    assert flags == {"mem_fraction_static": 0.87, "disable_radix_cache": True}
+    assert bench.sglang_flags(entries["sglang-cookbook-minimax-m2-mi300x-tp4-1000-1000-c16"])["mem_fraction_static"] == 0.85
+    assert bench.sglang_flags(entries["gpustack-qwen3-8b-h100sxm-sglang-c4"]) == {"disable_radix_cache": False}
+
+
+def test_an_sglang_run_restated_by_sglangs_rules_takes_kvplan_size_engine_sglang_pool(bench, entries):
+    """The pool, running cap and chunk of the restated run are what `kvplan size --engine sglang`
+    gives for the same model, GPU, TP and release (sglang_size), and the scheduler is SGLang's; by
+    default (SGLANG_AS_SGLANG off) the run keeps vLLM's restatement."""
+    from kvplan.model.sglang_size import sglang_size
+
+    entry = entries["gpustack-qwen3-8b-h100sxm-sglang-c4"]
+    workload, arrival, _, _ = bench.build_case(entry, {"_sglang": True})
+    w = workload(arrival)
+    m = sglang_size("Qwen/Qwen3-8B", gpu="H100-80GB", tp=1, sglang_version=entry["engine_version"]).memory
+    assert w.pool.slots == m.max_total_num_tokens
+    assert w.sglang.max_running_requests == m.max_running_requests == w.scheduler.max_num_seqs
+    assert w.sglang.chunked_prefill_size == m.chunked_prefill_size == 8192  # an 80 GB GPU (batch_defaults)
+    assert w.sglang.radix_cache
+    default, arrival, _, _ = bench.build_case(entry)
+    assert default(arrival).sglang is None and bench.SGLANG_AS_SGLANG is False
+    # the stated --disable-radix-cache and --mem-frac 0.87 reach SGLang's start-up
+    entry = entries["datacrunch-llama31-405b-h200-sglang-tp8-random1024-1024-rps1"]
+    workload, arrival, _, _ = bench.build_case(entry, {"_sglang": True})
+    assert not workload(arrival).sglang.radix_cache
+
+
+def test_models_sglangs_engine_does_not_take_keep_vllms_restatement(bench, entries):
+    """gpt-oss (sliding-window layers, SGLang's hybrid SWA pool) is not restated by SGLang's rules."""
+    entry = entries["gpustack-gptoss20b-h100-sglang-sharegpt"]
+    assert not bench.sglang_restated(entry)
+    workload, arrival, _, _ = bench.build_case(entry, {"_sglang": True})
+    assert workload(arrival).sglang is None
+
+
+def test_the_overlap_schedulers_extra_step_is_where_the_overlap_scheduler_runs(bench, entries):
+    """SGLang 0.4 on schedules with its overlap loop (a request waits a step more); 0.3.0 in
+    series; one request at a time finds the engine idle; vLLM's restatement has no such step."""
+    own = {"_sglang": True}
+    assert bench.overlap_lag(entries["gpustack-qwen3-8b-h100sxm-sglang-c4"], own)
+    assert not bench.overlap_lag(entries["gpustack-qwen3-8b-h100sxm-sglang-c4"], {"_sglang": False})
+    assert not bench.overlap_lag(entries["sglang030-llama31-8b-a100-rps4"], own)
+    assert not bench.overlap_lag(entries["sglang-cookbook-llama31-70b-a100-tp8-1000-1000-c1"], own)
+
+
+def test_a_median_itl_of_separate_prefill_steps_is_a_decode_step_and_ttft_waits_one(bench, entries):
+    """datacrunch's 70B at 1 request/s: a prefill step every second among ~70 decode steps, so the
+    client's median inter-token gap is a decode step alone, below the median TPOT by the prefill
+    steps' share of the time; TTFT and E2E gain that decode step (the overlap scheduler)."""
+    entry = entries["datacrunch-llama33-70b-h200-sglang-tp4-random1024-1024-rps1"]
+    own = {**bench.shipped_values(), "_sglang": True}
+    r = bench.run_case(entry, own)
+    share, gaps = bench.prefill_share(entry, own, r)
+    assert 0 < share < 0.2 and gaps < bench.GAPS_WITH_PREFILL_MAX
+    got = bench.predictions(entry, own)
+    step = r.tpot.mean * (1 - share)
+    assert got["itl"][0] == pytest.approx(r.tpot.p50 * (1 - share) * 1e3)
+    assert got["ttft"][0] == pytest.approx((r.ttft.p50 + step) * 1e3)
+    assert got["e2e"][0] == pytest.approx(r.e2e.p50 + step)
