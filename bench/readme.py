@@ -208,6 +208,10 @@ RUNS: dict[str, Run] = {
                    columns=100),
     "step-speculative": Run("kvplan step meta-llama/Llama-3.1-8B-Instruct --gpu H100-80GB --batch 8 "
                             "--speculative eagle3 --num-speculative-tokens 3", columns=100),
+    "sglang-prefix-vllm": Run("kvplan simulate sglang-prefix"),
+    "sglang-prefix-sglang": Run("kvplan simulate sglang-prefix --engine sglang"),
+    "plan-engines": Run("kvplan plan meta-llama/Llama-3.1-8B-Instruct --rate 20 --prompt 1000 --output 200 --ttft-p99 1 "
+                        "--tpot-p99 0.04 --gpu L40S,H100-80GB --engine vllm,sglang", columns=100),
     "sglang-memory": Run("python bench/sglang_memory_fidelity.py"),
     "speculative-fidelity": Run("python bench/speculative_fidelity.py"),
     "parallel-fidelity": Run("python bench/parallel_fidelity.py"),
@@ -528,6 +532,19 @@ def lines_from(first: str, before: str | None = None) -> Callable[[list[str]], l
     return keep
 
 
+def sglang_prefix(out: Out) -> str:
+    """The same workload under vLLM's scheduler and SGLang's, each with and without its prefix cache."""
+    cols = ["req/s", "TTFT p50 s", "TTFT p99 s", "TPOT ms"]
+    rows = []
+    for name in ("sglang-prefix-vllm", "sglang-prefix-sglang"):
+        text = out[name]
+        serve = by_label(table(text, "allocator", *cols))
+        hits = by_label(table(text, "allocator", "hit rate %"))
+        rows += [[label, *(r[c] for c in cols), hits.get(label, {}).get("hit rate %", "-")] for label, r in serve.items()]
+    commands = "\n".join(f"$ {RUNS[n].command}" for n in ("sglang-prefix-vllm", "sglang-prefix-sglang"))
+    return f"```\n{commands}\n{text_table(['run', *cols, 'hit rate %'], rows)}\n```"
+
+
 def engine_fidelity(out: Out) -> str:
     """SGLang's start-up memory, speculative decoding and EP/DP/PP against their cited corpora."""
     import yaml
@@ -663,6 +680,8 @@ BLOCKS: dict[str, Block] = {
     "calibrate": console("calibrate"),
     "validate": console("validate"),
     "size-sglang": console("size-sglang"),
+    "sglang-prefix": Block(("sglang-prefix-vllm", "sglang-prefix-sglang"), sglang_prefix),
+    "plan-engines": console("plan-engines", answer, fence=""),
     "size-ep": console("size-ep", lines_from("Parallelism:")),
     "step-speculative": console("step-speculative", lines_from("Speculative decoding:", "async scheduling")),
     "engine-fidelity": Block(("sglang-memory", "speculative-fidelity", "parallel-fidelity"), engine_fidelity),
