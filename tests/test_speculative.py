@@ -156,10 +156,14 @@ def test_eagle3_head_of_llama_8b_by_hand():
 
 def test_mtp_of_deepseek_v3_keeps_one_mla_layer():
     """DeepSeek-V3's MTP module is one more MLA layer: kv_lora_rank 512 + qk_rope_head_dim 64 = 576
-    elements a token at 2 B = 1,152 B; its weights are the checkpoint's (nothing added)."""
+    elements a token at 2 B = 1,152 B. Its weights load only with MTP on (kvplan's 671B count the 61
+    main layers): its 256 routed experts of 3 x 7168 x 2048 fp8 weights are 11.27 GB, 1,409,286,144 B
+    a GPU at tp 8, plus its attention, shared expert and eh_proj (a few % more); the lm_head is the
+    target's."""
     sp = spec_step("deepseek-ai/DeepSeek-V3", "H200", "mtp", 1, 1, tp=8)
     assert sp["draft_kv_bytes_per_token"] == 1152
-    assert sp["draft_weight_bytes_per_gpu"] == 0
+    routed = 256 * 3 * 7168 * 2048 // 8
+    assert routed < sp["draft_weight_bytes_per_gpu"] < 1.1 * routed
 
 
 def test_speedup_shrinks_as_the_verify_forward_turns_compute_bound():
@@ -197,6 +201,31 @@ def test_the_pool_holds_fewer_tokens_beside_the_draft(tmp_path):
     plain = load_workload_file(tmp_path / "a.yaml").pool.slots
     spec = load_workload_file(tmp_path / "b.yaml").pool.slots
     assert 0.95 * plain < spec <= plain * 32 / 33
+
+
+def test_a_pool_given_in_bytes_keeps_its_bytes_beside_an_eagle_head(tmp_path):
+    """kv_memory is vLLM's --kv-cache-memory-bytes: the KV cache's size whatever the weights take, so
+    the head's weights come out of the GPU's rest, not of it: 4 GiB / (131,072 + 4,096 B a token)
+    = 31,775 slots."""
+    from kvplan.experiments import load as load_workload_file
+
+    (tmp_path / "a.yaml").write_text(
+        "model: meta-llama/Llama-3.1-8B-Instruct\ngpu: H100-80GB\npool: {kv_memory: 4GiB}\n"
+        "requests: {count: 10, prompt: {dist: fixed, value: 100}, output: {dist: fixed, value: 50},"
+        " arrival: {process: poisson, rate: 1}}\nscheduler: {max_model_len: 4096}\n"
+        "speculative: {method: eagle3}\n")
+    assert load_workload_file(tmp_path / "a.yaml").pool.slots == 4 * 2**30 // (131072 + 4096) == 31775
+
+
+def test_ngram_defaults_to_its_sources_rates_per_position():
+    """vllm#24344 prints n-gram's acceptance per position, vLLM's metric (steps accepting at least
+    i + 1 drafts): 0.81 0.74 0.70 0.68 0.66, the default as they are (3.59 accepted at k = 5);
+    a sixth position keeps the last ratio, 0.66 x 0.66 / 0.68 = 0.640588."""
+    from kvplan.model.speculative import default_acceptance
+
+    assert default_acceptance("ngram", 5) == (0.81, 0.74, 0.70, 0.68, 0.66)
+    assert default_acceptance("ngram", 6)[-1] == 0.640588
+    assert default_acceptance("ngram", 2) == (0.81, 0.74)
 
 
 def test_a_speculative_serve_run_is_deterministic_and_faster(tmp_path):

@@ -207,7 +207,7 @@ def test_kvplan_step_json(run_cli):
 
 
 def test_kvplan_step_for_sglang_restates_its_host_time_and_checks_its_pool(run_cli):
-    args = ("step", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--batch", "8", "--context", "4096", "--json")
+    args = ("step", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L40S", "--batch", "8", "--context", "4096", "--json")
     vllm, sglang = (json.loads(run_cli(*args, *extra)[1]) for extra in ((), ("--engine", "sglang")))
     v, s = vllm["constants"], sglang["constants"]
     assert sglang["engine"] == "sglang" and vllm["engine"] == "vllm"
@@ -217,13 +217,16 @@ def test_kvplan_step_for_sglang_restates_its_host_time_and_checks_its_pool(run_c
     assert s["stream_token_s"] == v["stream_token_s"] and s["step_overhead_s"] == v["step_overhead_s"]
     assert sglang["decode_s"] == vllm["decode_s"]
     # the batch is checked against the pool `kvplan size --engine sglang` prints for that GPU
-    size = json.loads(run_cli("size", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--engine", "sglang",
+    size = json.loads(run_cli("size", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L40S", "--engine", "sglang",
                               "--json")[1])
     m = sglang["memory"]
     assert (m["max_total_num_tokens"], m["max_running_requests"]) == (size["max_total_num_tokens"],
                                                                       size["max_running_requests"])
     assert m["max_concurrency"] == min(size["max_total_num_tokens"] // 4096, size["max_running_requests"])
     assert m["fits"] == (m["max_concurrency"] >= 8)
+    # the prefill chunk is SGLang's chunked_prefill_size for an L40S's 46,068 MiB (40-60 GiB: 4,096),
+    # vLLM's max_num_batched_tokens 8,192 without --engine sglang
+    assert (sglang["chunk"], vllm["chunk"]) == (4096, 8192)
     code, _, err = run_cli("step", "meta-llama/Llama-3.1-8B-Instruct", "--engine", "trtllm")
     assert code == 2 and "--engine" in err and err.count("\n") == 1
 

@@ -15,7 +15,7 @@ def step(
     tp: TpOpt = 1,
     batch: Annotated[int, typer.Option(help="Decoding requests in the step.")] = 64,
     context: Annotated[int, typer.Option(help="Tokens each decoding request holds.")] = 4096,
-    chunk: Annotated[int, typer.Option(help="Tokens of the prefill chunk (vLLM's max_num_batched_tokens).")] = 8192,
+    chunk: Annotated[Optional[int], typer.Option(help="Tokens of the prefill chunk (vLLM's max_num_batched_tokens; default 8192, with --engine sglang SGLang's chunked_prefill_size for the GPU).")] = None,
     kv_dtype: KvDtypeOpt = "auto",
     quantization: Annotated[Optional[str], typer.Option(help="vLLM's online quantization of a bf16 checkpoint: fp8.")] = None,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs.")] = False,

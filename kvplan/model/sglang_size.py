@@ -75,15 +75,22 @@ def sglang_size(model: str, *, gpu: str, tp: int = 1, kv_dtype: str = "auto", qu
 
     if kv_dtype not in KV_DTYPE_CHOICES:
         raise UsageError(f"expected one of {', '.join(KV_DTYPE_CHOICES)}, got {kv_dtype!r}", field="--kv-dtype")
-    for flag, value in (("--chunked-prefill-size", chunked_prefill_size),
-                        ("--max-running-requests", max_running_requests)):
-        if value is not None and not 1 <= value <= 2**31:
-            raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=flag)
+    if chunked_prefill_size is not None and chunked_prefill_size != -1 and not 1 <= chunked_prefill_size <= 2**31:
+        raise UsageError(f"expected an integer from 1 to 2^31, or -1 (no chunking), got {chunked_prefill_size}",
+                         field="--chunked-prefill-size")
+    if max_running_requests is not None and not 1 <= max_running_requests <= 2**31:
+        raise UsageError(f"expected an integer from 1 to 2^31, got {max_running_requests}",
+                         field="--max-running-requests")
     gpu_spec = get_gpu(gpu)
     spec = load_spec(model)
     layout = build_layout(spec, kv_dtype, tp)
     weights = estimate_weights(spec, quantization)
     context = context_length or spec.max_context
+    if context_length is not None and spec.max_context is not None and context_length > spec.max_context:
+        # SGLang's ModelConfig refuses a --context-length above the config's unless
+        # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
+        raise UsageError(f"{context_length:,} is above the model's context of {spec.max_context:,}, which SGLang "
+                         "refuses (unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)", field="--tokens")
     if context is None:
         raise ConfigError("missing; the config states no context length, so give --tokens (SGLang's "
                           "--context-length)", file=spec.source, field="max_position_embeddings")

@@ -78,11 +78,16 @@ DEFAULT_RATE = {
     # DeepSeek-V3's MTP: "the acceptance rate of the second token prediction ranges between 85%
     # and 90%" (DeepSeek-V3 Technical Report, arXiv:2412.19437, section 5.4.3): r = 0.875
     "mtp": 0.875,
-    # n-gram (prompt lookup), vLLM, k = 5, prompt_lookup_min 2, max 5, a code-editing set
-    # (vdaita/edit_5k_char): per position 0.81 0.74 0.70 0.68 0.66 (vllm-project/vllm#24344); the
-    # rate depends on how much the output repeats the prompt, chat sets far less: set --acceptance
+    # n-gram (prompt lookup): its rates per position are the source's own (NGRAM_ACCEPTANCE below);
+    # past them each further position keeps the last ratio of two (0.66 / 0.68)
     "ngram": 0.81,
 }
+# n-gram (prompt lookup), vLLM, k = 5, prompt_lookup_min 2, max 5, a code-editing set
+# (vdaita/edit_5k_char): the acceptance rate per position, vLLM's metric (the share of steps that
+# accept at least i + 1 drafts), 0.81 0.74 0.70 0.68 0.66 (vllm-project/vllm#24344), taken as they
+# are: 3.59 tokens accepted a step at k = 5. The rate depends on how much the output repeats the
+# prompt, chat sets far less: set --acceptance
+NGRAM_ACCEPTANCE = (0.81, 0.74, 0.70, 0.68, 0.66)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +121,14 @@ class Speculative:
 
 
 def default_acceptance(method: str, k: int) -> tuple[float, ...]:
+    """The method's published rates for k positions: r^(i + 1) from its DEFAULT_RATE, or n-gram's
+    measured list (NGRAM_ACCEPTANCE), extended at its last ratio of two."""
+    if method == "ngram":
+        rates = list(NGRAM_ACCEPTANCE[:k])
+        step = NGRAM_ACCEPTANCE[-1] / NGRAM_ACCEPTANCE[-2]
+        while len(rates) < k:
+            rates.append(rates[-1] * step)
+        return tuple(round(x, 6) for x in rates)
     r = DEFAULT_RATE[method]
     return tuple(round(r ** (i + 1), 6) for i in range(k))
 
@@ -200,7 +213,7 @@ class Draft:
     model: object  # StepModel or None
     verify_lm_head_s: float  # the target's lm_head on one more position (each draft verified)
     kv_bytes_per_token: int  # the draft layers' KV of one token on this GPU
-    weight_bytes_per_gpu: int  # the draft's own weights (MTP's are the checkpoint's already)
+    weight_bytes_per_gpu: int  # the weights the draft adds (an EAGLE head; MTP's layers, not its lm_head)
     pass_host_s: float = 0.0  # the proposer's own time each pass adds (DRAFT_PASS_HOST_S)
 
     def pass_s(self, tokens: int, requests: int, kv_read: int, pairs: int = 0) -> float:
@@ -251,14 +264,18 @@ def draft_of(spec, layout, weights, target, sp: Speculative, *, field: str = "--
         experts = target.num_experts
         expert_bytes = target.expert_bytes // max(target.moe_layers, 1) * nextn if experts else 0
         expert_flops = target.expert_flops_per_token / max(target.moe_layers, 1) * nextn if experts else 0.0
-        own = False  # MTP weights are part of the checkpoint (counted with its weights)
     else:
         nextn = 1
         proj = (3 if sp.method == "eagle3" else 2) * hidden * hidden  # fc
         vocab = min(spec.vocab_size, EAGLE3_DRAFT_VOCAB) if sp.method == "eagle3" else spec.vocab_size
         experts, expert_bytes, expert_flops = 0, 0, 0.0
-        own = True  # the head is a checkpoint of its own, loaded beside the target
     draft_bytes = int(nextn * (dense_layer_bytes + proj * bytes_per_param / tp) + vocab * hidden * bytes_per_param / tp)
+    # the weights the draft adds on a GPU: all of an EAGLE head's (a checkpoint of its own, loaded
+    # beside the target); MTP's layers with their experts and eh_proj (the module ships in the
+    # checkpoint but is loaded only with MTP on; kvplan's weights count num_hidden_layers, not it),
+    # not the embedding and lm_head it shares with the target (which its passes read all the same)
+    own_bytes = draft_bytes if sp.method != "mtp" else int(
+        nextn * (dense_layer_bytes + proj * bytes_per_param / tp) + expert_bytes)
     dense_flops = nextn * (dense_layer_flops + 2.0 * proj / tp)
     model = replace(
         target, dense_bytes=draft_bytes, dense_flops_per_token=dense_flops,
@@ -268,7 +285,7 @@ def draft_of(spec, layout, weights, target, sp: Speculative, *, field: str = "--
         attention_flops_per_pair=target.attention_flops_per_pair / max(_attention_layers(spec), 1) * nextn,
         window_flops_per_token=0.0, num_layers=nextn, moe_layers=nextn if experts else 0,
         enforce_eager=False, async_scheduling=True)
-    return Draft(model, verify, kv_per_layer * nextn, draft_bytes if own else 0, DRAFT_PASS_HOST_S)
+    return Draft(model, verify, kv_per_layer * nextn, own_bytes, DRAFT_PASS_HOST_S)
 
 
 def _attention_layers(spec) -> int:

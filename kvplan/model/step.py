@@ -14,7 +14,7 @@ STEP_ENGINES = ("vllm", "sglang")
 
 
 def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64, context: int = 4096,
-            chunk: int = 8192, kv_dtype: str = "auto", quantization: str | None = None,
+            chunk: int | None = None, kv_dtype: str = "auto", quantization: str | None = None,
             enforce_eager: bool = False, timing_profile: str | None = None, engine: str = "vllm", dp: int = 1,
             pp: int = 1, enable_expert_parallel: bool = False, all2all_backend: str | None = None,
             expert_imbalance: float | None = None, enable_dbo: bool = False,
@@ -31,7 +31,7 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     if engine not in STEP_ENGINES:
         raise UsageError(f"expected one of {', '.join(STEP_ENGINES)}, got {engine!r}", field="--engine")
     for name, value in (("--batch", batch), ("--context", context), ("--chunk", chunk)):
-        if not 1 <= value <= LIMIT:
+        if value is not None and not 1 <= value <= LIMIT:
             raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=name)
     sp = None
     if speculative is not None:
@@ -45,6 +45,8 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     spec = load_spec(model)
     layout = build_layout(spec, kv_dtype, tp)
     weights = estimate_weights(spec, quantization)
+    if chunk is None:  # vLLM's 8,192, or the chunked_prefill_size SGLang sets for the GPU
+        chunk = 8192 if engine != "sglang" else _sglang_chunk(gpu_spec)
     constants, overlap = engine_constants(CONSTANTS, engine), True
     if timing_profile is not None:
         from kvplan.model.timing_profile import profile_option
@@ -186,3 +188,10 @@ def _parallel_memory(spec, weights, gpu, par, kv_dtype, batch, context, chunk, e
     return {"batch_kv_bytes": fit.batch_kv_bytes, "kv_pool_bytes": fit.kv_pool_bytes,
             "max_concurrency": fit.max_concurrency, "fits": fit.fits and not beyond, "reason": fit.reason,
             "model_context": spec.max_context, "beyond_context": beyond}
+
+
+def _sglang_chunk(gpu) -> int:
+    """The chunked_prefill_size SGLang sets for the GPU (kvplan/model/sglang_memory.py)."""
+    from kvplan.model.sglang_memory import SGLANG_RELEASE, batch_defaults, release_rules
+
+    return batch_defaults(gpu.memory_bytes / 2**20, 1, release_rules(SGLANG_RELEASE).era)[0]

@@ -91,7 +91,7 @@ def _render_speculative(out, r: dict) -> None:
               f"{_ms(st['draft_s'])} = step {_ms(st['step_s'])}; TPOT {_ms(st['tpot_s'])} against "
               f"{_ms(st['tpot_plain_s'])} without ({st['speedup']:.2f}x), {st['output_tokens_per_s']:,.0f} output "
               f"tokens/s against {st['output_tokens_per_s_plain']:,.0f}")
-    table = Table(title="Speedup as the batch grows (the verify forward turns compute-bound)", title_justify="left")
+    table = Table(title="Speedup as the batch grows", title_justify="left")
     for name in ("batch", "TPOT", "TPOT without", "speedup"):
         table.add_column(name, justify="right")
     for row in sp["by_batch"]:

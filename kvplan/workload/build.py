@@ -94,8 +94,10 @@ def _sglang(spec: WorkloadSpec, scheduler: SchedulerConfig, started: SGLangMemor
 
 def _speculative(spec: WorkloadSpec, model: ModelFacts | None, pool: PoolSpec):
     """The setting and its draft (kvplan/model/speculative.py). The draft's layers keep KV of their
-    own and EAGLE heads their weights, so a pool sized from memory holds (KV bytes - the head's
-    weights) // (the target's + the draft's bytes per token); a pool given in slots stays as given."""
+    own and their own weights, so a pool vLLM sizes at start-up (gpu_memory_utilization) holds (KV
+    bytes - the draft's weights) // (the target's + the draft's bytes per token); a pool given in
+    bytes (kv_memory, vLLM's --kv-cache-memory-bytes) keeps its bytes, less nothing for the weights,
+    and one given in slots stays as given."""
     setting = spec.speculative.setting()
     draft = None
     if model is not None and model.step_model is not None and model.spec is not None and model.weights is not None:
@@ -104,7 +106,7 @@ def _speculative(spec: WorkloadSpec, model: ModelFacts | None, pool: PoolSpec):
         draft = draft_of(model.spec, model.layout, model.weights, model.step_model, setting,
                          field="speculative.method")
         if spec.pool.key != "slots" and pool.bytes_per_slot and pool.kv_bytes is not None:
-            kv = pool.kv_bytes - draft.weight_bytes_per_gpu
+            kv = pool.kv_bytes - (draft.weight_bytes_per_gpu if spec.pool.key == "gpu_memory_utilization" else 0)
             slots = kv // (pool.bytes_per_slot + draft.kv_bytes_per_token)
             if not 1 <= slots <= MAX_SLOTS:
                 raise _fail("speculative", f"leaves {slots} token slots beside the draft's weights and KV")
