@@ -38,7 +38,8 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
   of k decode steps: TTFT + (k - 1) / 2 x the predicted TPOT.
 - SGLang's runs, by default, as vLLM would serve them (vLLM's pool, limits and scheduler, the
   SGLang factors below). With --sglang-own (values["_sglang"]) as SGLang runs them (sglang_setup):
-  its start-up pool at the run's release, GPU, TP and stated --mem-fraction-static
+  its start-up pool at the run's release (where it states none, the era its source's date allows:
+  source_date, sglang_release), GPU, TP and stated --mem-fraction-static
   (kvplan/model/sglang_memory.py; slots = max_total_num_tokens), its max_running_requests and
   chunked_prefill_size, --disable-radix-cache where stated, SGLang's scheduler (kvplan/sim/
   sglang.py); from v0.4 its overlap scheduler's extra step before a request is taken (overlap_lag)
@@ -285,16 +286,26 @@ def sglang_flags(entry: dict) -> dict:
     return out
 
 
+def sglang_release(entry: dict) -> str:
+    """The SGLang release whose start-up rules restate a run: the one it states, else the era its
+    source's date allows (source_date: the commit that holds its output file; sglang_memory.release_at:
+    a run made before a rule was merged cannot have run it), else the current rules."""
+    from kvplan.model.sglang_memory import release_at
+
+    return str(entry.get("engine_version") or release_at(entry.get("source_date")))
+
+
 def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int):
     """SGLang's own start-up for a run (kvplan/model/sglang_memory.startup_memory) at the entry's
-    release (the current rules when it states none), GPU, TP and stated flags: (SglangConfig, pool
-    slots = max_total_num_tokens, SGLangMemory), or None where SGLang's engine is not modelled for
-    the model (sliding windows or recurrent state: vLLM's restatement stays) or it would not start.
+    release (sglang_release: the one stated, else the era of its source's date, else the current
+    rules), GPU, TP and stated flags: (SglangConfig, pool slots = max_total_num_tokens,
+    SGLangMemory), or None where SGLang's engine is not modelled for the model (sliding windows or
+    recurrent state: vLLM's restatement stays) or it would not start.
     The scheduler: SGLang's defaults for every release in the corpus (server_args.py: lpm,
     schedule_conservativeness 1.0, max_prefill_tokens 16384, the radix cache on), chunked_prefill_size
     by the GPU's memory (sglang_memory.batch_defaults), max_running_requests from the pool."""
     from kvplan.errors import KvplanError
-    from kvplan.model.sglang_memory import SGLANG_RELEASE, startup_memory
+    from kvplan.model.sglang_memory import startup_memory
     from kvplan.model.vllm_kv_groups import is_hybrid
     from kvplan.workload.records import SglangConfig
 
@@ -303,7 +314,7 @@ def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int)
     flags = sglang_flags(entry)
     try:
         m = startup_memory(layout=layout, weights=weights.bytes_per_gpu(tp, gpu), gpu_memory=gpu.cuda_memory_bytes,
-                           tp=tp, context_len=context, release=str(entry.get("engine_version") or SGLANG_RELEASE),
+                           tp=tp, context_len=context, release=sglang_release(entry),
                            mem_fraction_static=flags.get("mem_fraction_static"),
                            chunked_prefill_size=flags.get("chunked_prefill_size"),
                            max_running_requests=entry["setup"].get("max_num_seqs") or flags.get("max_running_requests"),
