@@ -152,6 +152,24 @@ def sharegpt_lengths(rng, n: int, mean_in: float, mean_out: float) -> tuple[np.n
     return p.astype(np.int64), o.astype(np.int64)
 
 
+BENCH_SERVING_SEED = 1  # sglang.bench_serving's --seed default: it seeds numpy's global generator with it
+
+
+def bench_serving_random_lengths(input_len: int, output_len: int, ratio: float, n: int):
+    """The prompt and output lengths of sglang.bench_serving's random dataset (sample_random_requests):
+    numpy's global generator seeded with --seed (default 1, BENCH_SERVING_SEED), then n input lengths
+    np.random.randint(max(int(input_len x ratio), 1), input_len + 1) and n output lengths the same
+    way from output_len: the very lengths the benchmark sent, not a sample like them. Checked against
+    the totals the runs print: at ratio 0.0, n = 10, 80, 500 and 320 give 6,101, 39,668, 249,831 and
+    1,273,893 (input 8,000) input tokens and 4,220, 40,805, 252,662, 170,000 output tokens, as the
+    SGLang cookbook's runs print them (those at 0.5.6 print n fewer output tokens: their release
+    draws outputs from int(output_len x ratio) = 0, each one token shorter, which is not restated)."""
+    draw = np.random.RandomState(BENCH_SERVING_SEED)
+    prompt = draw.randint(max(int(input_len * ratio), 1), input_len + 1, size=n).astype(np.int64)
+    output = draw.randint(max(int(output_len * ratio), 1), output_len + 1, size=n).astype(np.int64)
+    return prompt, output
+
+
 def _release(version) -> tuple[int, int] | None:
     match = re.match(r"v?(\d+)\.(\d+)", str(version or ""))
     return (int(match[1]), int(match[2])) if match else None
@@ -431,10 +449,17 @@ def build_case(entry: dict, values: dict | None = None):
     n = min(setup.get("num_prompts") or setup.get("batch_size") or 500, MAX_REQUESTS)
     mean_in, mean_out = implied_means(measured)
     if setup["input_len"] and setup["output_len"] and setup.get("random_range_ratio") is not None:
-        # sglang.bench_serving's random dataset: each length drawn from [max(1, L x ratio), L]
+        # sglang.bench_serving's random dataset, each length drawn from [max(1, L x ratio), L]: in a
+        # closed loop (its sends follow the answers) the very lengths it sent; at a request rate its
+        # Poisson arrivals come from the same seeded generator after them, which is not restated, so
+        # such a run keeps a draw of its own for both (lengths alone would pair the client's lengths
+        # with arrivals it never drew)
         r = setup["random_range_ratio"]
-        prompt = rng.integers(max(1, int(setup["input_len"] * r)), setup["input_len"] + 1, n)
-        output = rng.integers(max(1, int(setup["output_len"] * r)), setup["output_len"] + 1, n)
+        if setup.get("max_concurrency") and not setup.get("request_rate"):
+            prompt, output = bench_serving_random_lengths(setup["input_len"], setup["output_len"], r, n)
+        else:
+            prompt = rng.integers(max(1, int(setup["input_len"] * r)), setup["input_len"] + 1, n)
+            output = rng.integers(max(1, int(setup["output_len"] * r)), setup["output_len"] + 1, n)
     elif setup["input_len"] and setup["output_len"]:
         prompt = np.full(n, setup["input_len"], dtype=np.int64)
         # `vllm bench serve --dataset-name random`'s output_len is what the client asked for; without

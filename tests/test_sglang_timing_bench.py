@@ -173,3 +173,27 @@ def test_a_one_client_run_whose_duration_holds_a_cold_start_has_its_throughput_l
     assert not bench.cold_start(entries["sglang-cookbook-llama4-scout-mi300x-tp8-1000-1000-c16"])
     # the same figures at 16 clients: the rule is for one client only
     assert not bench.cold_start({**scout, "setup": {**scout["setup"], "max_concurrency": 16}})
+
+
+def test_bench_servings_random_lengths_are_the_ones_it_sent(bench, entries):
+    """sglang.bench_serving seeds numpy with --seed 1 and draws n input lengths, then n output
+    lengths: the totals the cookbook's runs print (their notes) are those draws' sums, at ratio 0.0:
+    10 prompts of up to 1000/1000 -> 6,101 input and 4,220 output tokens; 80 -> 39,668 / 40,805;
+    320 of up to 8000/1000 -> 1,273,893 / 170,000."""
+    for n, (lin, lout), (tin, tout) in ((10, (1000, 1000), (6101, 4220)), (80, (1000, 1000), (39668, 40805)),
+                                        (320, (8000, 1000), (1273893, 170000))):
+        prompt, output = bench.bench_serving_random_lengths(lin, lout, 0.0, n)
+        assert (int(prompt.sum()), int(output.sum())) == (tin, tout)
+        assert prompt.min() >= 1 and prompt.max() <= lin and output.min() >= 1 and output.max() <= lout
+    # each length drawn from [max(1, L x ratio), L]
+    prompt, output = bench.bench_serving_random_lengths(1000, 100, 0.5, 200)
+    assert prompt.min() >= 500 and output.min() >= 50
+    # the closed-loop cookbook run is restated with them; a run at a request rate keeps its own draw
+    entry = entries["sglang-cookbook-llama31-70b-a100-tp8-1000-1000-c16"]
+    workload, arrival, _, _ = bench.build_case(entry)
+    sent = next(iter(workload(arrival).make_requests()))
+    assert int(sent.prompt_len.sum()) == 39668 and int(sent.output_len.sum()) == 40805
+    rate = entries["datacrunch-llama33-70b-h200-sglang-tp4-random1024-1024-rps1"]
+    workload, arrival, _, _ = bench.build_case(rate)
+    drawn = bench.bench_serving_random_lengths(1024, 1024, 0.0, 300)[0]
+    assert int(next(iter(workload(arrival).make_requests())).prompt_len.sum()) != int(drawn.sum())
