@@ -48,6 +48,12 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
   regime and source, and SGLang's own rules do not yet beat vLLM's in every regime (closed-loop
   throughput and ITL, light-load TTFT). Models SGLang's engine is not modelled for (sliding
   windows, recurrent state) keep vLLM's restatement either way.
+- sglang.bench_serving's random dataset in a closed loop: the lengths its seeded draw sent
+  (bench_serving_random_lengths; the printed totals check it to the token). At a request rate a
+  draw of kvplan's own (the client's Poisson arrivals, drawn after them, are not restated).
+- A one-client run whose duration holds a cold start (cold_start: the printed mean TTFT over the
+  median by more than a median request across its prompts) compares its medians, not its
+  throughput (the client timed the warm-up).
 - Runs with expert parallelism or attention data parallelism are skipped (kvplan splits experts by
   TP only).
 - fp8 on a bf16 catalog checkpoint is vLLM's online fp8 (W8A8); "H100" without a form factor is
@@ -577,8 +583,8 @@ def cold_start(entry: dict) -> bool:
     (n x (mean - median TTFT) > median E2E) is a wait no request's serving explains (the prompts are
     drawn up to the same stated length): the first request's warm-up (kernel compilation, tuning)
     the client timed. Its output throughput (tokens over that duration) is then the client's, not
-    the server's, and is not compared; the medians are. The mean TTFT is the one the source prints:
-    measured.ttft_ms where ttft_stat is mean, else "Mean TTFT (ms): X" quoted in the notes."""
+    the server's, and is not compared; the medians are. Read where the run compares median TTFT and
+    E2E and its notes quote the printed mean ("Mean TTFT (ms): X")."""
     m, setup = entry["measured"], entry["setup"]
     n, median_e2e = setup.get("num_prompts"), m.get("e2e_ms") or (m.get("e2e_latency_s") or 0) * 1e3
     if setup.get("max_concurrency") != 1 or not n or m.get("ttft_stat") != "median" or not median_e2e \
