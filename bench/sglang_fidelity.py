@@ -13,7 +13,13 @@ ways, median |error| of throughput, E2E, TTFT and ITL per regime and per source:
 Runs SGLang's engine does not take (models with windowed or state layers) keep vLLM's restatement
 in the SGLang columns; they are listed. Bursts are reported and never fitted.
 
-Run: python bench/sglang_fidelity.py [--workers N] [--quick]
+--moe: is the SGLang MoE runs' bias SGLang's? Every engine's MoE runs of the corpus (bursts left
+out), by engine and GPU vendor, the signed and absolute median error of throughput and ITL: as
+shipped (SGLang's runs by vLLM's and by SGLang's own restatement) and with the step model's
+narrow-expert penalty off (expert_half_width 0, kvplan/model/step_time.py). A bias that vLLM's MoE
+runs on the same vendor's GPUs share is the step model's, not SGLang's.
+
+Run: python bench/sglang_fidelity.py [--workers N] [--quick] [--moe]
 """
 
 from __future__ import annotations
@@ -36,6 +42,59 @@ def moe_model(entry: dict) -> bool:
     return spec is not None and bool(moe_shape(spec)[0])
 
 
+def gpu_vendor(entry: dict) -> str | None:
+    """The vendor of the run's GPU in kvplan's catalog (NVIDIA, AMD), None where it is not there."""
+    from kvplan.model.gpus import get_gpu
+
+    name = T._gpu(entry["gpu"])
+    return get_gpu(name).vendor if name else None
+
+
+def bias(rows: list[tuple[str, str, dict]], metrics=("throughput", "itl")) -> dict:
+    """{(engine, vendor): {metric: (runs, signed median error, median |error|)}} of rows
+    (engine, vendor, {metric: predicted / measured - 1}); a metric no row of a group has is left out."""
+    from statistics import median
+
+    groups: dict = {}
+    for engine, vendor, errs in rows:
+        groups.setdefault((engine, vendor), []).append(errs)
+    out = {}
+    for key in sorted(groups):
+        cells = {}
+        for m in metrics:
+            v = [e[m] for e in groups[key] if m in e]
+            if v:
+                cells[m] = (len(v), median(v), median(abs(x) for x in v))
+        out[key] = cells
+    return out
+
+
+def moe_report(workers: int) -> None:
+    """--moe: the MoE runs' bias by engine and GPU vendor, shipped and with expert_half_width 0."""
+    from kvplan.calibrate.fit import errors, run_cases
+
+    cases = [c for c in T.cases([e for e in T.load_entries() if moe_model(e)]) if c.fitted]
+    values = T.shipped_values()
+    columns = {"shipped": {**values, "_sglang": False}, "shipped, SGLang's own": {**values, "_sglang": True},
+               "expert_half_width 0": {**values, "_sglang": False, "expert_half_width": 0.0},
+               "expert_half_width 0, SGLang's own": {**values, "_sglang": True, "expert_half_width": 0.0}}
+    tables = {name: bias([(T.runtime(c.arg), gpu_vendor(c.arg), e)
+                          for c, e in zip(cases, errors(run_cases(cases, v, workers)))])
+              for name, v in columns.items()}
+    print(f"MoE runs (bursts left out), signed median error / median |error| (runs): {len(cases)} runs")
+    keys = sorted({k for t in tables.values() for k in t})
+    print(f"{'engine, vendor':32} " + " | ".join(f"{n[:33]:33}" for n in tables))
+    for key in keys:
+        for m in ("throughput", "itl"):
+            if not any(m in t.get(key, {}) for t in tables.values()):
+                continue
+            cells = []
+            for t in tables.values():
+                n, signed, absolute = t.get(key, {}).get(m, (0, float("nan"), float("nan")))
+                cells.append(f"{m[:4]} {signed:+7.1%} / {absolute:6.1%} ({n:2})" if n else f"{m[:4]} -")
+            print(f"{key[0] + ', ' + str(key[1]):32} " + " | ".join(f"{c:33}" for c in cells))
+
+
 def main() -> None:
     import argparse
     import json
@@ -45,7 +104,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="no refit: the shipped factors only")
+    ap.add_argument("--moe", action="store_true", help="only the MoE runs' bias by engine and GPU vendor")
     args = ap.parse_args()
+    if args.moe:
+        moe_report(args.workers)
+        return
     entries = [e for e in T.load_entries() if T.runtime(e) == "sglang"]
     cases = T.cases(entries)
     values = T.shipped_values()

@@ -38,7 +38,8 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
   of k decode steps: TTFT + (k - 1) / 2 x the predicted TPOT.
 - SGLang's runs, by default, as vLLM would serve them (vLLM's pool, limits and scheduler, the
   SGLang factors below). With --sglang-own (values["_sglang"]) as SGLang runs them (sglang_setup):
-  its start-up pool at the run's release, GPU, TP and stated --mem-fraction-static
+  its start-up pool at the run's release (where it states none, the era its source's date allows:
+  source_date, sglang_release), GPU, TP and stated --mem-fraction-static
   (kvplan/model/sglang_memory.py; slots = max_total_num_tokens), its max_running_requests and
   chunked_prefill_size, --disable-radix-cache where stated, SGLang's scheduler (kvplan/sim/
   sglang.py); from v0.4 its overlap scheduler's extra step before a request is taken (overlap_lag)
@@ -47,6 +48,12 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
   regime and source, and SGLang's own rules do not yet beat vLLM's in every regime (closed-loop
   throughput and ITL, light-load TTFT). Models SGLang's engine is not modelled for (sliding
   windows, recurrent state) keep vLLM's restatement either way.
+- sglang.bench_serving's random dataset in a closed loop: the lengths its seeded draw sent
+  (bench_serving_random_lengths; the printed totals check it to the token). At a request rate a
+  draw of kvplan's own (the client's Poisson arrivals, drawn after them, are not restated).
+- A one-client run whose duration holds a cold start (cold_start: the printed mean TTFT over the
+  median by more than a median request across its prompts) compares its medians, not its
+  throughput (the client timed the warm-up).
 - Runs with expert parallelism or attention data parallelism are skipped (kvplan splits experts by
   TP only).
 - fp8 on a bf16 catalog checkpoint is vLLM's online fp8 (W8A8); "H100" without a form factor is
@@ -149,6 +156,24 @@ def sharegpt_lengths(rng, n: int, mean_in: float, mean_out: float) -> tuple[np.n
         if np.abs(step).max() < 1e-4:
             break
     return p.astype(np.int64), o.astype(np.int64)
+
+
+BENCH_SERVING_SEED = 1  # sglang.bench_serving's --seed default: it seeds numpy's global generator with it
+
+
+def bench_serving_random_lengths(input_len: int, output_len: int, ratio: float, n: int):
+    """The prompt and output lengths of sglang.bench_serving's random dataset (sample_random_requests):
+    numpy's global generator seeded with --seed (default 1, BENCH_SERVING_SEED), then n input lengths
+    np.random.randint(max(int(input_len x ratio), 1), input_len + 1) and n output lengths the same
+    way from output_len: the very lengths the benchmark sent, not a sample like them. Checked against
+    the totals the runs print: at ratio 0.0, n = 10, 80, 500 and 320 give 6,101, 39,668, 249,831 and
+    1,273,893 (input 8,000) input tokens and 4,220, 40,805, 252,662, 170,000 output tokens, as the
+    SGLang cookbook's runs print them (those at 0.5.6 print n fewer output tokens: their release
+    draws outputs from int(output_len x ratio) = 0, each one token shorter, which is not restated)."""
+    draw = np.random.RandomState(BENCH_SERVING_SEED)
+    prompt = draw.randint(max(int(input_len * ratio), 1), input_len + 1, size=n).astype(np.int64)
+    output = draw.randint(max(int(output_len * ratio), 1), output_len + 1, size=n).astype(np.int64)
+    return prompt, output
 
 
 def _release(version) -> tuple[int, int] | None:
@@ -285,16 +310,26 @@ def sglang_flags(entry: dict) -> dict:
     return out
 
 
+def sglang_release(entry: dict) -> str:
+    """The SGLang release whose start-up rules restate a run: the one it states, else the era its
+    source's date allows (source_date: the commit that holds its output file; sglang_memory.release_at:
+    a run made before a rule was merged cannot have run it), else the current rules."""
+    from kvplan.model.sglang_memory import release_at
+
+    return str(entry.get("engine_version") or release_at(entry.get("source_date")))
+
+
 def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int):
     """SGLang's own start-up for a run (kvplan/model/sglang_memory.startup_memory) at the entry's
-    release (the current rules when it states none), GPU, TP and stated flags: (SglangConfig, pool
-    slots = max_total_num_tokens, SGLangMemory), or None where SGLang's engine is not modelled for
-    the model (sliding windows or recurrent state: vLLM's restatement stays) or it would not start.
+    release (sglang_release: the one stated, else the era of its source's date, else the current
+    rules), GPU, TP and stated flags: (SglangConfig, pool slots = max_total_num_tokens,
+    SGLangMemory), or None where SGLang's engine is not modelled for the model (sliding windows or
+    recurrent state: vLLM's restatement stays) or it would not start.
     The scheduler: SGLang's defaults for every release in the corpus (server_args.py: lpm,
     schedule_conservativeness 1.0, max_prefill_tokens 16384, the radix cache on), chunked_prefill_size
     by the GPU's memory (sglang_memory.batch_defaults), max_running_requests from the pool."""
     from kvplan.errors import KvplanError
-    from kvplan.model.sglang_memory import SGLANG_RELEASE, startup_memory
+    from kvplan.model.sglang_memory import startup_memory
     from kvplan.model.vllm_kv_groups import is_hybrid
     from kvplan.workload.records import SglangConfig
 
@@ -303,7 +338,7 @@ def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int)
     flags = sglang_flags(entry)
     try:
         m = startup_memory(layout=layout, weights=weights.bytes_per_gpu(tp, gpu), gpu_memory=gpu.cuda_memory_bytes,
-                           tp=tp, context_len=context, release=str(entry.get("engine_version") or SGLANG_RELEASE),
+                           tp=tp, context_len=context, release=sglang_release(entry),
                            mem_fraction_static=flags.get("mem_fraction_static"),
                            chunked_prefill_size=flags.get("chunked_prefill_size"),
                            max_running_requests=entry["setup"].get("max_num_seqs") or flags.get("max_running_requests"),
@@ -420,10 +455,17 @@ def build_case(entry: dict, values: dict | None = None):
     n = min(setup.get("num_prompts") or setup.get("batch_size") or 500, MAX_REQUESTS)
     mean_in, mean_out = implied_means(measured)
     if setup["input_len"] and setup["output_len"] and setup.get("random_range_ratio") is not None:
-        # sglang.bench_serving's random dataset: each length drawn from [max(1, L x ratio), L]
+        # sglang.bench_serving's random dataset, each length drawn from [max(1, L x ratio), L]: in a
+        # closed loop (its sends follow the answers) the very lengths it sent; at a request rate its
+        # Poisson arrivals come from the same seeded generator after them, which is not restated, so
+        # such a run keeps a draw of its own for both (lengths alone would pair the client's lengths
+        # with arrivals it never drew)
         r = setup["random_range_ratio"]
-        prompt = rng.integers(max(1, int(setup["input_len"] * r)), setup["input_len"] + 1, n)
-        output = rng.integers(max(1, int(setup["output_len"] * r)), setup["output_len"] + 1, n)
+        if setup.get("max_concurrency") and not setup.get("request_rate"):
+            prompt, output = bench_serving_random_lengths(setup["input_len"], setup["output_len"], r, n)
+        else:
+            prompt = rng.integers(max(1, int(setup["input_len"] * r)), setup["input_len"] + 1, n)
+            output = rng.integers(max(1, int(setup["output_len"] * r)), setup["output_len"] + 1, n)
     elif setup["input_len"] and setup["output_len"]:
         prompt = np.full(n, setup["input_len"], dtype=np.int64)
         # `vllm bench serve --dataset-name random`'s output_len is what the client asked for; without
@@ -534,6 +576,24 @@ def prefill_share(entry: dict, values: dict | None, r) -> tuple[float, float]:
     return min(prefill / max(r.makespan, 1e-9), 1.0), pieces / max(r.steps - pieces, 1)
 
 
+def cold_start(entry: dict) -> bool:
+    """Whether a run of one client (max_concurrency 1) holds a cold start in its duration: with one
+    request at a time the benchmark's duration is the sum of its requests' latencies, so a mean TTFT
+    over the median by more than a whole median request's E2E across the run's n prompts
+    (n x (mean - median TTFT) > median E2E) is a wait no request's serving explains (the prompts are
+    drawn up to the same stated length): the first request's warm-up (kernel compilation, tuning)
+    the client timed. Its output throughput (tokens over that duration) is then the client's, not
+    the server's, and is not compared; the medians are. Read where the run compares median TTFT and
+    E2E and its notes quote the printed mean ("Mean TTFT (ms): X")."""
+    m, setup = entry["measured"], entry["setup"]
+    n, median_e2e = setup.get("num_prompts"), m.get("e2e_ms") or (m.get("e2e_latency_s") or 0) * 1e3
+    if setup.get("max_concurrency") != 1 or not n or m.get("ttft_stat") != "median" or not median_e2e \
+            or m.get("e2e_stat") != "median" or not m.get("ttft_ms"):
+        return False
+    printed = re.search(r"Mean TTFT \(ms\): ([0-9]+\.?[0-9]*)", str(entry.get("notes")))
+    return bool(printed) and n * (float(printed[1]) - m["ttft_ms"]) > median_e2e
+
+
 def predictions(entry: dict, values: dict | None = None) -> dict | None:
     """Metric -> (predicted, measured) for one measurement."""
     r = run_case(entry, values)
@@ -549,7 +609,7 @@ def predictions(entry: dict, values: dict | None = None) -> dict | None:
     def stat(dist, which):
         return dist.p50 if which == "median" else dist.mean
 
-    if m.get("output_tokens_per_s") and entry["kind"] != "latency":
+    if m.get("output_tokens_per_s") and entry["kind"] != "latency" and not cold_start(entry):
         out["throughput"] = (r.throughput_tps, m["output_tokens_per_s"])
     if m.get("ttft_ms"):
         ttft = stat(r.ttft, m.get("ttft_stat"))
