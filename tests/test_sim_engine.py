@@ -45,13 +45,7 @@ def random_workload(seed: int, big: bool = False) -> tuple[Workload, AllocatorSp
         policy = str(rng.choice(["max", "pow2", "oracle"]))
         spec = AllocatorSpec("contiguous", policy=policy, max_len=limit)
         slots = int(rng.integers(limit, 5 * mml + limit))
-    timing = TimingConfig()
-    if timed:  # constants of a few hundred to a few hundred thousand picoseconds
-        timing = TimingConfig("test-gpu", 1e12, 1e12, int(rng.integers(0, 300_000)),
-                              float(rng.integers(0, 50_000)), int(rng.integers(0, 20_000)),
-                              1.0, 1.0, float(rng.integers(0, 3)) * 1e-8)
-        if rng.random() < 0.5:  # the physical model: a curve per step size, requests, pairs
-            timing = replace(timing, step=random_step_model(rng))
+    timing = random_timing(rng, timed)
     size = int(rng.integers(1, n + 1))
 
     def make():
@@ -60,6 +54,20 @@ def random_workload(seed: int, big: bool = False) -> tuple[Workload, AllocatorSp
 
     wl = Workload("random", "", seed, "serve", n, PoolSpec(slots), (spec,), sched, timing, make)
     return wl, spec, int(rng.choice([4, 8, 64, 2048]))
+
+
+def random_timing(rng, timed: bool) -> TimingConfig:
+    """The timing of a random workload: none (one tick a token), or constants of a few hundred to a
+    few hundred thousand picoseconds, half of them on the physical model (a curve per step size,
+    requests, pairs: random_step_model)."""
+    if not timed:
+        return TimingConfig()
+    timing = TimingConfig("test-gpu", 1e12, 1e12, int(rng.integers(0, 300_000)),
+                          float(rng.integers(0, 50_000)), int(rng.integers(0, 20_000)),
+                          1.0, 1.0, float(rng.integers(0, 3)) * 1e-8)
+    if rng.random() < 0.5:
+        timing = replace(timing, step=random_step_model(rng))
+    return timing
 
 
 def random_step_model(rng):

@@ -3,8 +3,6 @@ reference on random workloads with shared prefixes, conservation, and hand-check
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -14,7 +12,7 @@ from kvplan.sim.inputs import make_setup, prepared_chunks
 from kvplan.sim.reference import simulate_reference
 from kvplan.workload.records import (AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig,
                                      TimingConfig, Workload)
-from tests.test_sim_engine import as_json, assert_engines_agree, random_step_model, run_to_end
+from tests.test_sim_engine import as_json, assert_engines_agree, random_timing, run_to_end
 
 
 def shared_prompts(rng, n: int, hash_block: int, mml: int):
@@ -55,13 +53,7 @@ def random_prefix_workload(seed: int, big: bool = False):
     sched = SchedulerConfig(int(rng.integers(1, 24 if big else 8)), budget, mml, chunked, "recompute",
                             0, null, True)
     slots = int(rng.integers(-(-mml // b) * b, 3 * mml + b + 1)) + (b if null else 0)
-    timing = TimingConfig()
-    if timed:
-        timing = TimingConfig("test-gpu", 1e12, 1e12, int(rng.integers(0, 300_000)),
-                              float(rng.integers(0, 50_000)), int(rng.integers(0, 20_000)),
-                              1.0, 1.0, float(rng.integers(0, 3)) * 1e-8)
-        if rng.random() < 0.5:
-            timing = replace(timing, step=random_step_model(rng))
+    timing = random_timing(rng, timed)
     size = int(rng.integers(1, n + 1))
 
     def make():

@@ -4,8 +4,6 @@ every number is derived in the comments from the rules in kvplan/sim/sglang.py's
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -14,7 +12,7 @@ from kvplan.sim.sglang import new_token_ratios
 from kvplan.sim.sglang_reference import sglang_reference, simulate_sglang_reference
 from kvplan.workload.records import (AllocatorSpec, PoolSpec, RequestChunk, SchedulerConfig, SglangConfig,
                                      TimingConfig, Workload)
-from tests.test_sim_engine import as_json, random_step_model
+from tests.test_sim_engine import as_json, random_timing
 from tests.test_sim_prefix_serve import shared_prompts
 
 SPEC = AllocatorSpec("paged", block_size=16)  # the default allocator: SGLang's pool ignores it
@@ -35,13 +33,7 @@ def random_sglang_workload(seed: int, big: bool = False):
         arrival *= float(rng.choice([1e-7, 1e-5]))
     sched = SchedulerConfig(8, 8192, mml, True, "recompute", 0, False, True)
     slots = int(rng.integers(mml + 1, 4 * mml + 2))
-    timing = TimingConfig()
-    if timed:
-        timing = TimingConfig("test-gpu", 1e12, 1e12, int(rng.integers(0, 300_000)),
-                              float(rng.integers(0, 50_000)), int(rng.integers(0, 20_000)),
-                              1.0, 1.0, float(rng.integers(0, 3)) * 1e-8)
-        if rng.random() < 0.5:
-            timing = replace(timing, step=random_step_model(rng))
+    timing = random_timing(rng, timed)
     chunk = int(rng.choice([0, int(rng.integers(1, mml + 1))]))
     g = SglangConfig(schedule_policy=str(rng.choice(["lpm", "lpm", "fcfs"])),
                      schedule_conservativeness=float(rng.choice([0.3, 1.0, 1.0, 2.0])),

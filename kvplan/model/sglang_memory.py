@@ -221,12 +221,17 @@ class SGLangMemory:
         return asdict(self)
 
 
+def request_rows(tokens: int, context_len: int) -> int:
+    """max_num_reqs of a pool of `tokens` (the module docstring, rule 3): min(max(int(tokens /
+    context_len x 512), 2048), 4096)."""
+    return min(max(int(tokens / context_len * 512), 2048), 4096)
+
+
 def max_running(tokens: int, context_len: int, extra_rows: int = 0, given: int | None = None) -> int:
-    """max_running_requests of a pool of `tokens` (the module docstring, rule 3): the req_to_token
-    pool holds min(max(int(tokens / context_len x 512), 2048), 4096) rows (+ `extra_rows` before
-    0.4.7), and the scheduler runs min(tokens // 2, those rows), or min(`given`, those rows)."""
-    rows = min(max(int(tokens / context_len * 512), 2048), 4096) + extra_rows
-    return min(tokens // 2 if given is None else given, rows)
+    """max_running_requests of a pool of `tokens`: the req_to_token pool holds request_rows rows
+    (+ `extra_rows` before 0.4.7), and the scheduler runs min(tokens // 2, those rows), or
+    min(`given`, those rows)."""
+    return min(tokens // 2 if given is None else given, request_rows(tokens, context_len) + extra_rows)
 
 
 def not_enough_memory(mem_fraction_static: float) -> str:
@@ -267,7 +272,7 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
     rest = post_load / GiB - pre_load / GiB * (1 - fraction)
     tokens = max(int(rest * GiB) // cell, 0) if cell else 0
     tokens = tokens // page_size * page_size
-    estimated = min(max(int(tokens / context_len * 512), 2048), 4096)
+    estimated = request_rows(tokens, context_len)
     running = max_running(tokens, context_len, rules.req_pool_extra, max_running_requests)
     reason = None
     if weights > gpu_memory:

@@ -45,8 +45,6 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     spec = load_spec(model)
     layout = build_layout(spec, kv_dtype, tp)
     weights = estimate_weights(spec, quantization)
-    if chunk is None:  # vLLM's 8,192, or the chunked_prefill_size SGLang sets for the GPU
-        chunk = 8192 if engine != "sglang" else _sglang_chunk(gpu_spec)
     constants, overlap = engine_constants(CONSTANTS, engine), True
     if timing_profile is not None:
         from kvplan.model.timing_profile import profile_option
@@ -63,6 +61,9 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     if engine != "vllm" and not par.plain:
         raise UsageError("is vLLM's parallelism (kvplan/model/parallel.py); SGLang's is not modelled yet",
                          field="--dp" if dp != 1 else "--pp" if pp != 1 else "--enable-expert-parallel")
+    started = _sglang_startup(spec, layout, weights, gpu_spec, tp, context) if engine == "sglang" else None
+    if chunk is None:  # vLLM's 8,192, or the chunked_prefill_size SGLang starts with on this GPU
+        chunk = 8192 if started is None else started.chunked_prefill_size
     extra = {"--all2all-backend": all2all_backend, "--expert-imbalance": expert_imbalance,
              "--enable-dbo": enable_dbo or None, "--network-gbps": network_gbps}
     if par.plain:
@@ -87,7 +88,7 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     if sp is not None:
         report["speculative"] = _speculative(spec, layout, weights, gpu_spec, tp, enforce_eager, constants, overlap,
                                              sp, batch, context)
-    report["memory"] = (_sglang_memory(spec, layout, weights, gpu_spec, tp, batch, context) if engine == "sglang"
+    report["memory"] = (_sglang_memory(spec, started, batch, context) if started is not None
                         else _memory(spec, layout, weights, gpu_spec, tp, batch, context, chunk, enforce_eager))
     return report
 
@@ -125,17 +126,22 @@ def _memory(spec, layout, weights, gpu, tp, batch, context, chunk, enforce_eager
 
 
 
-def _sglang_memory(spec, layout, weights, gpu, tp, batch, context) -> dict:
-    """Whether the decode step's batch fits SGLang's pool on this GPU at its defaults (what `kvplan
-    size --engine sglang` prints): `batch` x `context` tokens within max_total_num_tokens, and
-    `batch` within max_running_requests."""
+def _sglang_startup(spec, layout, weights, gpu, tp, context):
+    """SGLang's start-up on this GPU at its defaults (kvplan size --engine sglang), its context
+    at least `context`: the prefill chunk and the pool the step is checked against."""
     from kvplan.model.sglang_memory import SGLANG_RELEASE, startup_memory
 
+    return startup_memory(layout=layout, weights=weights.bytes_per_gpu(tp, gpu), gpu_memory=gpu.cuda_memory_bytes,
+                          tp=tp, context_len=max(context, spec.max_context or context), release=SGLANG_RELEASE,
+                          model_type=spec.model_type, link_bytes_per_s=gpu.link_bytes_per_s,
+                          smi_memory=gpu.memory_bytes)
+
+
+def _sglang_memory(spec, m, batch, context) -> dict:
+    """Whether the decode step's batch fits SGLang's pool `m` (what `kvplan size --engine sglang`
+    prints): `batch` x `context` tokens within max_total_num_tokens, and `batch` within
+    max_running_requests."""
     beyond = spec.max_context is not None and context > spec.max_context
-    m = startup_memory(layout=layout, weights=weights.bytes_per_gpu(tp, gpu), gpu_memory=gpu.cuda_memory_bytes,
-                       tp=tp, context_len=max(context, spec.max_context or context), release=SGLANG_RELEASE,
-                       model_type=spec.model_type, link_bytes_per_s=gpu.link_bytes_per_s,
-                       smi_memory=gpu.memory_bytes)
     concurrency = min(m.max_total_num_tokens // max(context, 1), m.max_running_requests) if m.starts else 0
     return {"batch_kv_bytes": batch * context * m.cell_size, "kv_pool_bytes": m.kv_pool if m.starts else 0,
             "max_concurrency": concurrency, "fits": m.starts and concurrency >= batch and not beyond,
@@ -189,9 +195,3 @@ def _parallel_memory(spec, weights, gpu, par, kv_dtype, batch, context, chunk, e
             "max_concurrency": fit.max_concurrency, "fits": fit.fits and not beyond, "reason": fit.reason,
             "model_context": spec.max_context, "beyond_context": beyond}
 
-
-def _sglang_chunk(gpu) -> int:
-    """The chunked_prefill_size SGLang sets for the GPU (kvplan/model/sglang_memory.py)."""
-    from kvplan.model.sglang_memory import SGLANG_RELEASE, batch_defaults, release_rules
-
-    return batch_defaults(gpu.memory_bytes / 2**20, 1, release_rules(SGLANG_RELEASE).era)[0]

@@ -60,7 +60,7 @@ def render_parallel_step(r: dict) -> None:
               f"{p['decode_tokens_per_s_per_gpu']:,.0f} per GPU; a request's token every "
               f"{r['decode_itl_s'] * 1e3:,.2f} ms; prefill: {p['prefill_tokens_per_s_total']:,.0f} tokens/s, "
               f"{p['prefill_tokens_per_s_per_gpu']:,.0f} per GPU")
-    notes = [f"--batch and --chunk are per DP rank"]
+    notes = ["--batch and --chunk are per DP rank"]
     if p["all2all_backend"]:
         notes.append(f"all-to-all {p['all2all_backend']}{', overlapped (DBO)' if p['enable_dbo'] else ''}, "
                      f"network {p['network_bytes_per_s'] * 8 / 1e9:,.0f} Gb/s per GPU")
