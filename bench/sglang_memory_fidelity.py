@@ -69,7 +69,7 @@ def predict(entry: dict) -> dict | None:
     from kvplan.model.build import build_layout
     from kvplan.model.gpus import get_gpu
     from kvplan.model.resolve import load_spec
-    from kvplan.model.sglang_memory import release_at, release_rules, startup_memory
+    from kvplan.model.sglang_memory import release_at, release_rules, startup_memory, startup_on
     from kvplan.model.weights import estimate_weights
 
     from kvplan.model.config import read_model
@@ -98,9 +98,7 @@ def predict(entry: dict) -> dict | None:
     out = {"release": release, "weights": weights.bytes_per_gpu(tp, gpu) / GiB, "context": context,
            "extra_rows": release_rules(release).req_pool_extra}
     if gpu is not None:
-        out["from_gpu"] = startup_memory(weights=weights.bytes_per_gpu(tp, gpu), gpu_memory=gpu.cuda_memory_bytes,
-                                         link_bytes_per_s=gpu.link_bytes_per_s, smi_memory=gpu.memory_bytes,
-                                         **flags)
+        out["from_gpu"] = startup_on(gpu, weights=weights.bytes_per_gpu(tp, gpu), **flags)
     if logged.get("load_begin_avail_gib") is not None:
         pre = int(logged["load_begin_avail_gib"] * GiB)
         memory = gpu.cuda_memory_bytes if gpu is not None else pre

@@ -329,7 +329,7 @@ def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int)
     schedule_conservativeness 1.0, max_prefill_tokens 16384, the radix cache on), chunked_prefill_size
     by the GPU's memory (sglang_memory.batch_defaults), max_running_requests from the pool."""
     from kvplan.errors import KvplanError
-    from kvplan.model.sglang_memory import startup_memory
+    from kvplan.model.sglang_memory import startup_on
     from kvplan.model.vllm_kv_groups import is_hybrid
     from kvplan.workload.records import SglangConfig
 
@@ -337,13 +337,11 @@ def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int)
         return None
     flags = sglang_flags(entry)
     try:
-        m = startup_memory(layout=layout, weights=weights.bytes_per_gpu(tp, gpu), gpu_memory=gpu.cuda_memory_bytes,
-                           tp=tp, context_len=context, release=sglang_release(entry),
-                           mem_fraction_static=flags.get("mem_fraction_static"),
-                           chunked_prefill_size=flags.get("chunked_prefill_size"),
-                           max_running_requests=entry["setup"].get("max_num_seqs") or flags.get("max_running_requests"),
-                           model_type=spec.model_type, link_bytes_per_s=gpu.link_bytes_per_s,
-                           smi_memory=gpu.memory_bytes)
+        m = startup_on(gpu, layout=layout, weights=weights.bytes_per_gpu(tp, gpu), tp=tp, context_len=context,
+                       release=sglang_release(entry), mem_fraction_static=flags.get("mem_fraction_static"),
+                       chunked_prefill_size=flags.get("chunked_prefill_size"),
+                       max_running_requests=entry["setup"].get("max_num_seqs") or flags.get("max_running_requests"),
+                       model_type=spec.model_type)
     except KvplanError:
         return None
     if not m.starts:

@@ -234,6 +234,15 @@ def max_running(tokens: int, context_len: int, extra_rows: int = 0, given: int |
     return min(tokens // 2 if given is None else given, request_rows(tokens, context_len) + extra_rows)
 
 
+def startup_on(gpu, **options) -> SGLangMemory:
+    """startup_memory on one GPU (the catalog's, or any object with its figures): its CUDA total for
+    the memory free before the weights, nvidia-smi's total for the fraction and batch defaults, its
+    link (PCIe or NVLink) for the distributed init at tp > 1; `options` the rest of startup_memory's."""
+    return startup_memory(gpu_memory=getattr(gpu, "cuda_memory_bytes", 0) or gpu.memory_bytes,
+                          smi_memory=gpu.memory_bytes, link_bytes_per_s=getattr(gpu, "link_bytes_per_s", 0.0),
+                          **options)
+
+
 def not_enough_memory(mem_fraction_static: float) -> str:
     return ("Not enough memory. Please try to increase --mem-fraction-static. "
             f"Current value: mem_fraction_static={mem_fraction_static}")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from kvplan.errors import ConfigError, UsageError
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
-from kvplan.model.sglang_memory import SGLANG_RELEASE, SGLangMemory, startup_memory
+from kvplan.model.sglang_memory import SGLANG_RELEASE, SGLangMemory, startup_on
 
 # kvplan size's options that only vLLM has, with the value that means "not given".
 VLLM_ONLY = {"gpu_memory_utilization": ("--gpu-memory-utilization", None), "kv_memory": ("--kv-memory", None),
@@ -94,11 +94,10 @@ def sglang_size(model: str, *, gpu: str, tp: int = 1, kv_dtype: str = "auto", qu
     if context is None:
         raise ConfigError("missing; the config states no context length, so give --tokens (SGLang's "
                           "--context-length)", file=spec.source, field="max_position_embeddings")
-    memory = startup_memory(layout=layout, weights=weights.bytes_per_gpu(tp, gpu_spec), gpu_memory=gpu_spec.cuda_memory_bytes,
-                            tp=tp, context_len=context, release=sglang_version or SGLANG_RELEASE,
-                            mem_fraction_static=mem_fraction_static, chunked_prefill_size=chunked_prefill_size,
-                            max_running_requests=max_running_requests, model_type=spec.model_type,
-                            link_bytes_per_s=gpu_spec.link_bytes_per_s, smi_memory=gpu_spec.memory_bytes)
+    memory = startup_on(gpu_spec, layout=layout, weights=weights.bytes_per_gpu(tp, gpu_spec), tp=tp, context_len=context,
+                        release=sglang_version or SGLANG_RELEASE, mem_fraction_static=mem_fraction_static,
+                        chunked_prefill_size=chunked_prefill_size, max_running_requests=max_running_requests,
+                        model_type=spec.model_type)
     notes = [spec.dtype_note] if spec.dtype_note else []
     if weights.scheme != "none":
         notes.append(f"weights as loaded: {weights.scheme}")

@@ -129,12 +129,11 @@ def _memory(spec, layout, weights, gpu, tp, batch, context, chunk, enforce_eager
 def _sglang_startup(spec, layout, weights, gpu, tp, context):
     """SGLang's start-up on this GPU at its defaults (kvplan size --engine sglang), its context
     at least `context`: the prefill chunk and the pool the step is checked against."""
-    from kvplan.model.sglang_memory import SGLANG_RELEASE, startup_memory
+    from kvplan.model.sglang_memory import SGLANG_RELEASE, startup_on
 
-    return startup_memory(layout=layout, weights=weights.bytes_per_gpu(tp, gpu), gpu_memory=gpu.cuda_memory_bytes,
-                          tp=tp, context_len=max(context, spec.max_context or context), release=SGLANG_RELEASE,
-                          model_type=spec.model_type, link_bytes_per_s=gpu.link_bytes_per_s,
-                          smi_memory=gpu.memory_bytes)
+    return startup_on(gpu, layout=layout, weights=weights.bytes_per_gpu(tp, gpu), tp=tp,
+                      context_len=max(context, spec.max_context or context), release=SGLANG_RELEASE,
+                      model_type=spec.model_type)
 
 
 def _sglang_memory(spec, m, batch, context) -> dict:

@@ -189,7 +189,7 @@ def _sglang_startup(spec: WorkloadSpec, model: ModelFacts | None) -> SGLangMemor
     max_running_requests): `kvplan size --engine sglang`'s rule (kvplan/model/sglang_memory.py), the
     server launched without --context-length (the model's context); an error in SGLang's words where
     it would not start."""
-    from kvplan.model.sglang_memory import startup_memory
+    from kvplan.model.sglang_memory import startup_on
 
     where = "pool.mem_fraction_static"
     gpu = model.gpu if model is not None else None
@@ -200,13 +200,11 @@ def _sglang_startup(spec: WorkloadSpec, model: ModelFacts | None) -> SGLangMemor
     asked = spec.pool.mem_fraction_static
     g = spec.sglang if spec.sglang is not None else SglangSpec()
     try:
-        m = startup_memory(layout=model.layout, weights=int(model.weight_bytes or 0),
-                           gpu_memory=getattr(gpu, "cuda_memory_bytes", 0) or gpu.memory_bytes, tp=spec.tp,
-                           context_len=model.spec.max_context or DEFAULT_MAX_MODEL_LEN,
-                           mem_fraction_static=None if asked == DEFAULT_FRACTION else asked,
-                           chunked_prefill_size=g.chunked_prefill_size, max_running_requests=g.max_running_requests,
-                           model_type=getattr(model.spec, "model_type", ""),
-                           link_bytes_per_s=getattr(gpu, "link_bytes_per_s", 0.0), smi_memory=gpu.memory_bytes)
+        m = startup_on(gpu, layout=model.layout, weights=int(model.weight_bytes or 0), tp=spec.tp,
+                       context_len=model.spec.max_context or DEFAULT_MAX_MODEL_LEN,
+                       mem_fraction_static=None if asked == DEFAULT_FRACTION else asked,
+                       chunked_prefill_size=g.chunked_prefill_size, max_running_requests=g.max_running_requests,
+                       model_type=getattr(model.spec, "model_type", ""))
     except KvplanError as exc:  # a model SGLang's pool rule does not cover
         raise _fail("engine" if exc.field == "--engine" else where, exc.message) from None
     if not m.starts:
