@@ -99,7 +99,6 @@ def plan(
         if "sglang" in engines:
             raise UsageError("is modelled on vLLM's scheduler only; SGLang's engine runs without speculative "
                              "decoding, so give --engine vllm with it", field="--speculative")
-
         traffic = replace(traffic, speculative=_speculative(model, speculative, num_speculative_tokens, acceptance,
                                                              routers))
     request = PlanRequest(model=model, traffic=traffic,

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from kvplan.errors import KvplanError, UsageError
@@ -56,19 +55,18 @@ class Config:
 
     @property
     def label(self) -> str:
-        if self.engine == "sglang":
-            running = f" running {self.max_num_seqs}" if self.max_num_seqs else ""
-            chunk = f" chunk {self.max_num_batched_tokens}" if self.max_num_batched_tokens else ""
-            kv = f" kv {self.kv_dtype}" if self.kv_dtype != "auto" else ""
-            weights = "" if self.quantization == "none" else f" w-{self.quantization}"
-            return f"{self.gpu} x{self.tp} sglang{weights}{kv}{running}{chunk}{'' if self.prefix_caching else ' no-cache'}"
-        seqs = f" seqs {self.max_num_seqs}" if self.max_num_seqs else ""
-        kv = f" kv {self.kv_dtype}" if self.kv_dtype != "auto" else ""
-        block = f" B{self.block_size}" if self.block_size != 16 else ""
-        cache = "" if self.prefix_caching else " no-cache"
+        """GPU x TP, then what differs from the engine's defaults: the weights, the KV dtype, the
+        running cap and the prefill budget (vLLM's names: seqs, mbt, the block size; SGLang's:
+        running, chunk), the prefix cache off."""
+        sglang = self.engine == "sglang"
         weights = "" if self.quantization == "none" else f" w-{self.quantization}"
-        batched = f" mbt {self.max_num_batched_tokens}" if self.max_num_batched_tokens else ""
-        return f"{self.gpu} x{self.tp}{weights}{kv}{seqs}{batched}{block}{cache}"
+        kv = f" kv {self.kv_dtype}" if self.kv_dtype != "auto" else ""
+        seqs = f" {'running' if sglang else 'seqs'} {self.max_num_seqs}" if self.max_num_seqs else ""
+        batched = (f" {'chunk' if sglang else 'mbt'} {self.max_num_batched_tokens}"
+                   if self.max_num_batched_tokens else "")
+        block = f" B{self.block_size}" if self.block_size != 16 and not sglang else ""
+        cache = "" if self.prefix_caching else " no-cache"
+        return f"{self.gpu} x{self.tp}{' sglang' if sglang else ''}{weights}{kv}{seqs}{batched}{block}{cache}"
 
     def model_id(self, model: str) -> str:
         """The model served: `model`, or its re-upload quantized as `quantization` ("-FP8", "-AWQ",
@@ -88,6 +86,7 @@ def from_workload(path: Path, rate: float | None, count: int | None) -> Traffic:
     mean prompt, the longest request: each configuration's max_model_len) with the shared prefixes
     of its `prefix:` section, as the engine serves them."""
     from kvplan.experiments import load
+    from kvplan.workload.prefixes import request_stream
 
     try:
         wl = load(path)
@@ -97,8 +96,6 @@ def from_workload(path: Path, rate: float | None, count: int | None) -> Traffic:
     prompt = output = longest = 0
     start = end = None
     seen = 0
-    from kvplan.workload.prefixes import request_stream
-
     for c in first(request_stream(wl), n):  # the prompts as served: with the prefix section's shared starts
         if len(c) == 0:
             continue
