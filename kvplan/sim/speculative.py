@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.sim.timing import TABLE_LIMIT, StepClock, _ticks
+from kvplan.sim.timing import TABLE_LIMIT, StepClock, _ticks, table_ticks
 
 MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -83,30 +83,21 @@ class SpecSetup:
             a += 1
         return a
 
-    def linear_ticks(self, tokens: int) -> int:
-        last = len(self.linear) - 1
-        if tokens <= last:
-            return self.linear[tokens]
-        return self.linear[last] + (tokens - last) * self.linear_slope
-
     def pass_ticks(self, tokens: int, requests: int, kv_read: int, pairs: int) -> int:
         if tokens <= 0 or self.overhead == 0:
             return 0
-        return (self.overhead + self.per_request * requests + self.linear_ticks(tokens)
+        return (self.overhead + self.per_request * requests + table_ticks(self.linear, self.linear_slope, tokens)
                 + self.kv_per_token * kv_read + self.attention_per_pair * pairs)
 
     def step_ticks(self, clock: StepClock, kv_read: int, tokens: int, requests: int, pairs: int,
                    decoders: int, drafts: int, kv_decoders: int) -> int:
-        """The step's ticks with the drafts verified and the drafter's passes (physical clock)."""
-        if not clock.timed or not clock.physical:
-            return clock.step_ticks(kv_read, tokens, requests, pairs)
+        """The step's ticks with the drafts verified and the drafter's passes (the physical clock's
+        GPU work; steps as units or the roofline take none)."""
         extra = self.verify * drafts
         if decoders > 0:
             extra += (self.pass_ticks(tokens, requests, kv_read, pairs)
                       + (self.k - 1) * self.pass_ticks(decoders, decoders, kv_decoders, 0))
-        gpu = (clock.overhead + clock.per_request * requests + clock.linear_ticks(tokens)
-               + clock.kv_per_token * kv_read + clock.attention_per_pair * pairs + extra)
-        return max(gpu, clock.host + clock.host_per_request * requests)
+        return clock.step_ticks(kv_read, tokens, requests, pairs, extra)
 
 
 def spec_setup(run, clock: StepClock, seed: int, token_budget: int, max_model_len: int = 1 << 62) -> SpecSetup:

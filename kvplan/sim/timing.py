@@ -42,6 +42,14 @@ TICKS_PER_SECOND = 10**12  # picoseconds, when a GPU is set
 MAX_ARRIVAL_TICKS = 2**62  # about 53 days in picoseconds: int64 room for every sum of times
 
 
+def table_ticks(table: tuple[int, ...], slope: int, tokens: int) -> int:
+    """Ticks of `tokens` tokens on a table tabulated for 0, 1, ... tokens, extended by `slope`."""
+    last = len(table) - 1
+    if tokens <= last:
+        return table[tokens]
+    return table[last] + (tokens - last) * slope
+
+
 @dataclass(frozen=True, slots=True)
 class StepClock:
     """The integer constants of the step-time model (all zero and `timed` False for step units)."""
@@ -72,19 +80,17 @@ class StepClock:
         return "s" if self.timed else "step"
 
     def linear_ticks(self, tokens: int) -> int:
-        last = len(self.linear) - 1
-        if tokens <= last:
-            return self.linear[tokens]
-        return self.linear[last] + (tokens - last) * self.linear_slope
+        return table_ticks(self.linear, self.linear_slope, tokens)
 
-    def step_ticks(self, kv_read: int, tokens: int, requests: int = 0, pairs: int = 0) -> int:
+    def step_ticks(self, kv_read: int, tokens: int, requests: int = 0, pairs: int = 0, extra_gpu: int = 0) -> int:
         """Duration of one step that reads `kv_read` tokens of KV and processes `tokens` tokens
-        for `requests` requests, its prefill chunks attending over `pairs` token pairs."""
+        for `requests` requests, its prefill chunks attending over `pairs` token pairs; the
+        physical model adds `extra_gpu` ticks of GPU work (a speculative step's drafts)."""
         if not self.timed:
             return 1
         if self.physical:
             gpu = (self.overhead + self.per_request * requests + self.linear_ticks(tokens)
-                   + self.kv_per_token * kv_read + self.attention_per_pair * pairs)
+                   + self.kv_per_token * kv_read + self.attention_per_pair * pairs + extra_gpu)
             return max(gpu, self.host + self.host_per_request * requests)
         memory = self.weights + self.kv_per_token * kv_read
         return self.overhead + max(memory, self.compute_per_token * tokens)
