@@ -25,7 +25,7 @@ median |error| per source, per regime (memory, prefill, decode, DP, PP: regime()
 and overall, over all rows and over the step-time rows (the issue's target: a median error of at
 most 15%); a source's many rows count once in "the median of the per-source medians".
 
-Run: python bench/parallel_fidelity.py
+Run: python bench/parallel_fidelity.py [--set NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _step(entry: dict, async_scheduling: bool):
 
     spec = load_spec(entry["model"])
     weights = estimate_weights(spec, entry.get("quantization"))
-    constants = engine_constants(CONSTANTS, RUNTIME[entry["engine"]])
+    constants = engine_constants(replace(CONSTANTS, **SETS), RUNTIME[entry["engine"]])
     setup, p = entry["setup"], entry["parallel"]
     # a GPU the catalog lacks, stated as a catalog GPU with the figures that differ (e.g. H800: an
     # H100 SXM with NVLink cut to 400 GB/s), each with its source in the entry's notes
@@ -244,7 +244,36 @@ def regime(entry: dict) -> str:
     return "DP" if p["dp"] > 1 else "decode"
 
 
+# --set NAME=VALUE: step-time constants to predict with instead of the shipped ones (a candidate default)
+SETS: dict[str, float] = {}
+
+
+def parse_sets(items: list[str]) -> dict[str, float]:
+    """--set items as {constant: value}; a name that is no StepConstants field, or a value that is no
+    number, stops the bench with a one-line error."""
+    from kvplan.model.step_time import CONSTANTS
+
+    known = CONSTANTS.to_dict()
+    out = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if name not in known or not math.isfinite(number):
+            raise SystemExit(f"--set {item}: expected NAME=NUMBER with NAME one of {', '.join(sorted(known))}")
+        out[name] = number
+    return out
+
+
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="predict with these step-time constants instead of the shipped ones (repeatable)")
+    SETS.update(parse_sets(ap.parse_args().set))
     entries = load()
     held = held_out_sources(entries)
     rows = []

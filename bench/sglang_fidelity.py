@@ -16,8 +16,9 @@ in the SGLang columns; they are listed. Bursts are reported and never fitted.
 --moe: is the SGLang MoE runs' bias SGLang's? Every engine's MoE runs of the corpus (bursts left
 out), by engine and GPU vendor, the signed and absolute median error of throughput and ITL: as
 shipped (SGLang's runs by vLLM's and by SGLang's own restatement) and with the step model's
-narrow-expert penalty off (expert_half_width 0, kvplan/model/step_time.py). A bias that vLLM's MoE
-runs on the same vendor's GPUs share is the step model's, not SGLang's.
+narrow-expert penalty off (expert_half_width 0, kvplan/model/step_time.py), and with the fused-MoE
+tile model instead of it (timing_fidelity.TILE_MODEL: the kernel's tiles against the GPU's compute
+units). A bias that vLLM's MoE runs on the same vendor's GPUs share is the step model's, not SGLang's.
 
 Run: python bench/sglang_fidelity.py [--workers N] [--quick] [--moe]
 """
@@ -70,14 +71,17 @@ def bias(rows: list[tuple[str, str, dict]], metrics=("throughput", "itl")) -> di
 
 
 def moe_report(workers: int) -> None:
-    """--moe: the MoE runs' bias by engine and GPU vendor, shipped and with expert_half_width 0."""
+    """--moe: the MoE runs' bias by engine and GPU vendor, shipped, with expert_half_width 0 and with
+    the fused-MoE tile model."""
     from kvplan.calibrate.fit import errors, run_cases
 
     cases = [c for c in T.cases([e for e in T.load_entries() if moe_model(e)]) if c.fitted]
     values = T.shipped_values()
     columns = {"shipped": {**values, "_sglang": False}, "shipped, SGLang's own": {**values, "_sglang": True},
                "expert_half_width 0": {**values, "_sglang": False, "expert_half_width": 0.0},
-               "expert_half_width 0, SGLang's own": {**values, "_sglang": True, "expert_half_width": 0.0}}
+               "expert_half_width 0, SGLang's own": {**values, "_sglang": True, "expert_half_width": 0.0},
+               "fused-MoE tiles": {**values, "_sglang": False, **T.TILE_MODEL},
+               "fused-MoE tiles, SGLang's own": {**values, "_sglang": True, **T.TILE_MODEL}}
     tables = {name: bias([(T.runtime(c.arg), gpu_vendor(c.arg), e)
                           for c, e in zip(cases, errors(run_cases(cases, v, workers)))])
               for name, v in columns.items()}

@@ -74,7 +74,11 @@ client's, not the server's. `--fit` refits the constants of kvplan/model/step_ti
 prints them; the file then states them by hand. `--json FILE` writes the per-regime medians of
 the shipped constants (tests/data/timing_fidelity_baseline.json, which a test keeps).
 
-Run: python bench/timing_fidelity.py [--fit] [--quick] [--workers N] [--json FILE] [--sglang-own]
+`--set NAME=VALUE` evaluates a candidate default (its constants instead of the shipped ones), `--fit-only
+NAMES` refits only those constants.
+
+Run: python bench/timing_fidelity.py [--fit [--fit-only NAMES]] [--quick] [--workers N] [--json FILE] [--sglang-own]
+                                     [--set NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -704,13 +708,26 @@ FACTOR_PARAMS = (("engine:vllm-v0", 1.0, 3.0), ("engine:sglang", 0.1, 1.0), ("en
 MEASURED = ("frontend_latency_s",)
 
 
-def params():
-    """The fitted parameters: the step-time constants in their physical ranges, then the factors."""
+# The fused-MoE tile model (kvplan/model/step_time.py, fused_moe_stream_factor), not the default: the
+# width term off and expert_tiles_per_unit as `--fit --fit-only expert_tiles_per_unit --set
+# expert_half_width=0 --set expert_tiles_per_unit=1` fits it on every run but the bursts (objective
+# 0.190, against 0.173 for the shipped width term; refitting bandwidth_efficiency, gemm_efficiency,
+# attention_efficiency, layer_overhead_s and moe_layer_overhead_s with it moves none of them).
+# bench/sglang_fidelity.py --moe compares it by engine and GPU vendor.
+TILE_MODEL = {"expert_half_width": 0.0, "expert_tiles_per_unit": 1.94}
+
+
+def params(values: dict | None = None):
+    """The fitted parameters: the step-time constants in their physical ranges, then the factors.
+    Of the two expert-stream models only the one `values` (default: the shipped constants) has on
+    is fitted: expert_tiles_per_unit where it is above 0, else expert_half_width."""
     from kvplan.calibrate.fit import Param
     from kvplan.model.step_time import CONSTANTS, PHYSICAL_RANGES
 
+    tiles = (values or {}).get("expert_tiles_per_unit", CONSTANTS.expert_tiles_per_unit) > 0
+    off = "expert_half_width" if tiles else "expert_tiles_per_unit"
     out = [Param(name, low, high, getattr(CONSTANTS, name)) for name, (low, high) in PHYSICAL_RANGES.items()
-           if name not in MEASURED]
+           if name not in MEASURED and name != off]
     return out + [Param(name, low, high, 1.0) for name, low, high in FACTOR_PARAMS]
 
 
@@ -733,6 +750,23 @@ OLD_DEFAULT = {"bandwidth_efficiency": 0.9, "gemm_efficiency": 0.75, "attention_
                "moe_layer_overhead_s": 0.0, "expert_half_width": 0.0, "engine:vllm-v0": 2.0,
                "engine:sglang": 1.0, "engine:tensorrt-llm": 0.09, "engine:tensorrt-llm-pytorch": 0.61,
                "server:sglang": 0.59, "server:triton": 0.25, "_old": True}
+
+
+def parse_sets(items: list[str]) -> dict:
+    """--set NAME=VALUE items as {name: float}; a name that is no step-time constant or factor, or a
+    value that is no number, stops the bench with a one-line error."""
+    known = shipped_values()
+    out = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if name not in known or number is None or not math.isfinite(number):
+            raise SystemExit(f"--set {item}: expected NAME=NUMBER with NAME one of {', '.join(sorted(known))}")
+        out[name] = number
+    return out
 
 
 def _predict(entry: dict, values: dict):
@@ -787,17 +821,28 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write the per-regime medians here (the test's baseline)")
     ap.add_argument("--sglang-own", action="store_true",
                     help="restate SGLang's runs by SGLang's own rules (sglang_setup; bench/sglang_fidelity.py compares)")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="evaluate (and fit from) these constants instead of the shipped ones (repeatable): a "
+                         "candidate default, e.g. expert_half_width=0 expert_tiles_per_unit=1")
+    ap.add_argument("--fit-only", metavar="NAMES",
+                    help="with --fit: refit only these constants (comma-separated), the rest as shipped or --set")
     args = ap.parse_args()
     if args.sglang_own:
         global SGLANG_AS_SGLANG
         SGLANG_AS_SGLANG = True
     entries = load_entries()
     all_cases = cases(entries)
-    prm = params()
     progress = lambda msg: print("  ..", msg, flush=True)  # noqa: E731
-    values = shipped_values()
+    values = {**shipped_values(), **parse_sets(args.set)}
+    prm = params(values)
     if args.fit:
-        values, rows, score = fit(all_cases, prm, values, iterations=4, workers=args.workers, progress=progress)
+        fitted = prm
+        if args.fit_only:
+            names = set(args.fit_only.split(","))
+            fitted = [p for p in prm if p.name in names]
+            if len(fitted) != len(names):
+                ap.error(f"--fit-only: expected fitted constants of {', '.join(p.name for p in prm)}")
+        values, rows, score = fit(all_cases, fitted, values, iterations=4, workers=args.workers, progress=progress)
         print("fitted:", json.dumps({k: float(f"{v:.4g}") for k, v in values.items() if not k.startswith("_")}))
     columns = {"old default (as shipped)": errors(run_cases(all_cases, OLD_DEFAULT, args.workers)),
                "roofline": errors(run_cases(all_cases, {"_roofline": True}, args.workers))}

@@ -120,6 +120,7 @@ def test_a_workload_names_a_profile_relative_to_itself(tmp_path, run_cli):
     ("kvplan_timing_profile: 1\nconstants: {step_overhead_s: 1e-3}\nsurprise: 1\n", "surprise"),
     ("kvplan_timing_profile: 1\nconstants: {gemm_tile_tokens: {value: 0}}\n", "constants.gemm_tile_tokens"),
     ("kvplan_timing_profile: 1\nasync_scheduling: maybe\nconstants: {step_overhead_s: 1e-3}\n", "async_scheduling"),
+    ("kvplan_timing_profile: 1\nconstants: {expert_tiles_per_unit: {value: 9}}\n", "constants.expert_tiles_per_unit.value"),
 ])
 def test_a_bad_profile_is_one_line_naming_the_file_and_the_field(tmp_path, text, field, run_cli):
     bad = tmp_path / "bad.yaml"
@@ -127,6 +128,19 @@ def test_a_bad_profile_is_one_line_naming_the_file_and_the_field(tmp_path, text,
     code, _, out = run_cli(*["step", MODEL, "--timing-profile", str(bad)])
     assert code == 2 and "Traceback" not in out and len(out.strip().splitlines()) == 1
     assert str(bad) in out and field in out
+
+
+def test_a_profile_turns_the_fused_moe_tile_model_on(tmp_path):
+    """expert_tiles_per_unit is a fitted constant a profile may set (it replaces the width term
+    where above 0); a profile that names only the width term, as earlier profiles do, still loads."""
+    path = tmp_path / "tiles.yaml"
+    path.write_text("kvplan_timing_profile: 1\nconstants: {expert_half_width: {value: 0}, "
+                    "expert_tiles_per_unit: {value: 1.94}}\n", encoding="utf-8")
+    constants = load_profile(path)
+    assert (constants.expert_half_width, constants.expert_tiles_per_unit) == (0.0, 1.94)
+    old = tmp_path / "width.yaml"
+    old.write_text("kvplan_timing_profile: 1\nconstants: {expert_half_width: {value: 300}}\n", encoding="utf-8")
+    assert (load_profile(old).expert_half_width, load_profile(old).expert_tiles_per_unit) == (300.0, 0.0)
 
 
 def test_calibrate_refuses_what_it_cannot_fit(results, tmp_path, run_cli):

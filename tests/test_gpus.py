@@ -172,7 +172,7 @@ def test_gpu_is_frozen():
     assert [f.name for f in dataclasses.fields(GPU)] == [
         "name", "memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "vendor", "sources", "cuda_memory_bytes",
         "peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops", "compute_capability", "gfx_target",
-        "network_bytes_per_s",
+        "network_bytes_per_s", "compute_units",
     ]
 
 
@@ -188,7 +188,7 @@ def test_values_positive_and_plausible():
             <= set(gpu.sources) <= {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes",
                                     "link_bytes_per_s", "peak_fp8_flops", "mamf_bf16_flops",
                                     "mamf_fp8_flops", "compute_capability", "gfx_target",
-                                    "network_bytes_per_s"}, gpu.name
+                                    "network_bytes_per_s", "compute_units"}, gpu.name
         # a scale-out NIC per GPU: HDR InfiniBand (25 GB/s) to 800 Gb/s XDR (100 GB/s), below the NVLink
         assert gpu.network_bytes_per_s == 0 or 12.5e9 <= gpu.network_bytes_per_s <= min(100e9, gpu.link_bytes_per_s)
         assert gpu.link_bytes_per_s == 0 or 10e9 <= gpu.link_bytes_per_s <= 2e12, gpu.name
@@ -366,6 +366,7 @@ def test_catalog_file_round_trips_to_the_loaded_catalog():
     (lambda d: d["gpus"][0].update(gfx_target={"value": 942, "source": "a sentence long enough"}),
      "gpus[0].gfx_target", "no gfx_target on an NVIDIA GPU"),
     (lambda d: d["gpus"][15]["gfx_target"].update(value=9.42), "gpus[15].gfx_target.value", "positive whole number"),
+    (lambda d: d["gpus"][9]["compute_units"].update(value=132.5), "gpus[9].compute_units.value", "positive whole number"),
 ])  # fmt: skip
 def test_a_wrong_catalog_file_names_the_file_and_field(tmp_path, mutate, field, says):
     path = _catalog_copy(tmp_path, mutate)
@@ -416,3 +417,17 @@ def test_measured_matmul_flops_are_the_cited_table():
                 assert 0.5 * peak < measured < peak, (gpu.name, dtype)  # a data-sheet peak is never reached
                 assert "stas00/ml-engineering" in gpu.sources[f"mamf_{dtype}_flops"]
     assert gpus.MAMF_DEFAULT_SHARE == {"bf16": 0.803, "fp8": 0.740}
+
+
+# SMs (NVIDIA: the architecture whitepapers and data sheets, CUDA cores / 128 per Ampere GA10x, Ada
+# and Blackwell SM) and CUs (AMD: ROCm's GPU hardware specifications), for every GPU of the catalog.
+COMPUTE_UNITS = {"A10G": 80, "L4": 58, "L40": 142, "L40S": 142, "A6000": 84, "RTX-6000-Ada": 142, "A100-40GB": 108,
+                 "A100-80GB": 108, "H100-80GB": 132, "H100-PCIe": 114, "H100-NVL": 132, "H20": 78, "GH200": 132,
+                 "H200": 132, "B200": 148, "V100-32GB": 80, "RTX-4090": 128, "RTX-5090": 170, "MI300X": 304,
+                 "MI325X": 304, "MI355X": 256}
+
+
+def test_every_gpu_states_its_compute_units():
+    assert set(COMPUTE_UNITS) == set(GPUS)
+    for gpu in GPUS.values():
+        assert gpu.compute_units == COMPUTE_UNITS[gpu.name] and gpu.sources["compute_units"], gpu.name

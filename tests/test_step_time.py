@@ -16,7 +16,8 @@ import yaml
 from kvplan.model.build import build_layout
 from kvplan.model.gpus import get_gpu
 from kvplan.model.resolve import load_spec
-from kvplan.model.step_time import StepConstants, StepModel, prefill_pairs, step_model
+from kvplan.model.step_time import (StepConstants, StepModel, fused_moe_stream_factor, fused_moe_tiles, prefill_pairs,
+                                     step_model)
 from kvplan.model.weights import estimate_weights
 
 UNIT = StepConstants(bandwidth_efficiency=1.0, gemm_efficiency=1.0, gemm_tile_tokens=1.0, attention_efficiency=1.0,
@@ -62,16 +63,49 @@ def test_layer_and_moe_routing_costs_are_fixed_gpu_time_a_step():
         1e-3 + 11e-6 + 1e-3 + 0.1e-3 + 130e-6)
 
 
-def test_a_narrow_expert_streams_its_weights_below_the_hbm_rate():
-    """Experts 256 columns wide on this GPU with a half-rate width of 256: their weights stream at
-    half the rate (one token: 2 of 8 experts' 2e8 B at 0.5 TB/s = 0.4 ms); 2,048 wide: 8/9 of it."""
-    c = replace(UNIT, expert_half_width=256.0)
-    narrow = toy(constants=c, num_experts=8, top_k=2, expert_bytes=8 * 10**8, expert_flops_per_token=1e9,
-                 expert_width=256)
-    assert narrow.expert_stream_share == pytest.approx(0.5)
-    assert narrow.linear_parts(1)["experts"][0] == pytest.approx(2 * 10**8 / 0.5e12)
-    wide = replace(narrow, expert_width=2048)
-    assert wide.expert_stream_share == pytest.approx(2048 / 2304)
+def test_fused_moe_tiles_are_row_blocks_times_column_tiles():
+    """8 touched experts with 1 token each, 192 columns on this GPU, hidden 4,096: gate_up has 8 x
+    ceil(1 / 16) x ceil(384 / 64) = 48 tiles, down 8 x 1 x ceil(4,096 / 64) = 512; 40 tokens each
+    take ceil(40 / 16) = 3 row blocks: 144 gate_up tiles."""
+    assert fused_moe_tiles(8, 1.0, 2 * 192) == 48
+    assert fused_moe_tiles(8, 1.0, 4096) == 512
+    assert fused_moe_tiles(8, 40.0, 2 * 192) == 144
+
+
+def test_too_few_tiles_for_the_compute_units_slow_the_expert_stream():
+    """1 tile per compute unit on a 132-unit GPU, the 48 / 512 tiles above: gate_up streams at
+    48 / 132 of the rate, down at the full rate: 2/3 x 132 / 48 + 1/3 = 2.1667 x the time at the HBM
+    rate. A GPU with twice the compute units needs twice the tiles: 264 units with 16 experts (96 /
+    1,024 tiles) take the same 2.1667; the 8 experts there 2/3 x 264 / 48 + 1/3 = 4.0 (512 down
+    tiles still fill 264 units)."""
+    c = replace(UNIT, expert_half_width=0.0, expert_tiles_per_unit=1.0)
+    assert fused_moe_stream_factor(c, 132, 8, 1.0, 192, 4096) == pytest.approx(2 / 3 * 132 / 48 + 1 / 3)
+    assert fused_moe_stream_factor(c, 264, 16, 1.0, 192, 4096) == pytest.approx(2 / 3 * 132 / 48 + 1 / 3)
+    assert fused_moe_stream_factor(c, 264, 8, 1.0, 192, 4096) == pytest.approx(4.0)
+    # enough tiles (128 experts: 768 and 8,192 tiles): the full rate
+    assert fused_moe_stream_factor(c, 132, 128, 1.0, 192, 4096) == 1.0
+    # no compute units stated: no tile limit
+    assert fused_moe_stream_factor(c, 0, 8, 1.0, 192, 4096) == 1.0
+
+
+def test_the_step_model_charges_the_expert_stream_by_tiles():
+    """8 experts of 192 columns (hidden 4,096) with 2e8 B each, top-2, on a 132-unit GPU at 1 tile a
+    unit: one token touches 2 experts (12 gate_up, 128 down tiles), 4e8 B at 1 TB/s = 0.4 ms, x
+    (2/3 x 132 / 12 + 1/3 x 132 / 128) = 7.6771: 3.0708 ms."""
+    c = replace(UNIT, expert_half_width=0.0, expert_tiles_per_unit=1.0)
+    m = toy(constants=c, num_experts=8, top_k=2, expert_bytes=8 * 2 * 10**8, expert_flops_per_token=1e9,
+            expert_width=192, compute_units=132)
+    factor = 2 / 3 * 132 / 12 + 1 / 3 * 132 / 128
+    assert m.linear_parts(1)["experts"][0] == pytest.approx(4e8 / 1e12 * factor)
+    assert m.per_token_table(2)[1] == m.per_token_s(1)
+
+
+def test_step_model_takes_the_gpus_compute_units():
+    """H100 SXM: 132 SMs; MI300X: 304 CUs (gpus.json, with their sources)."""
+    spec = load_spec("Qwen/Qwen3-30B-A3B")
+    layout, weights = build_layout(spec, "auto", 1), estimate_weights(spec)
+    assert step_model(spec, layout, weights, get_gpu("H100-80GB")).compute_units == 132
+    assert step_model(spec, layout, weights, get_gpu("MI300X")).compute_units == 304
 
 
 def test_a_prefill_chunk_is_compute_bound_and_adds_attention_pairs():

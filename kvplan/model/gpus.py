@@ -54,6 +54,14 @@ never reached (clocks fall under the power limit at full load). A GPU the table 
 there, and ``MAMF_DEFAULT_SHARE`` (the median measured / peak share of the table's NVIDIA rows, in the
 file with its source) gives the share of its peak to take instead (kvplan/model/step_time.py).
 
+Compute units
+-------------
+``compute_units`` is the number of streaming multiprocessors (NVIDIA) or compute units (AMD) that
+run a kernel's thread blocks: from the architecture whitepapers and data sheets (CUDA cores / 128
+per SM on Ampere GA10x, Ada and Blackwell) and ROCm's GPU hardware specifications. The step-time
+model's opt-in fused-MoE tile model counts the MoE kernel's tiles against it
+(kvplan/model/step_time.py, fused_moe_stream_factor).
+
 The figures live in ``gpus.json`` beside this module (shipped in the wheel), each with its source;
 ``load_catalog`` reads it with kvplan/fileio.py and validates it. This module imports nothing of
 kvplan's except ``kvplan.errors`` and ``kvplan.fileio``.
@@ -76,8 +84,9 @@ CATALOG_FILE = Path(__file__).with_name("gpus.json")
 FIGURES = ("memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes")
 # 0 when absent (no fp8 units; no figure; not measured)
 OPTIONAL = ("peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops", "compute_capability",
-            "gfx_target", "network_bytes_per_s")
-WHOLE = ("memory_bytes", "cuda_memory_bytes", "gfx_target")  # whole numbers (bytes; the gfx target)
+            "gfx_target", "network_bytes_per_s", "compute_units")
+# whole numbers (bytes; the gfx target; SMs / CUs)
+WHOLE = ("memory_bytes", "cuda_memory_bytes", "gfx_target", "compute_units")
 VENDORS = ("NVIDIA", "AMD")
 SHARES = ("bf16", "fp8")  # the keys of mamf_default_share
 MAX_CATALOG_BYTES = 4 * 2**20
@@ -102,6 +111,8 @@ class GPU:
     gfx_target: int = 0  # AMD: the LLVM gfx target (942 MI300X, 950 MI355X); 0: not stated
     network_bytes_per_s: float = 0.0  # the scale-out network per GPU, each way (InfiniBand / RoCE NIC of
     #   the platform's reference design); 0: not stated (kvplan/model/parallel_step.py takes its default)
+    compute_units: int = 0  # streaming multiprocessors (NVIDIA) or compute units (AMD) that run a
+    #   kernel's thread blocks (kvplan/model/step_time.py: the fused-MoE kernel's tiles); 0: not stated
 
     @property
     def memory_gib(self) -> float:

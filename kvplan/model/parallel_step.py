@@ -96,7 +96,8 @@ from kvplan.model.gpus import GPU
 from kvplan.model.layout import KVLayout
 from kvplan.model.parallel import NODE_GPUS, Parallelism, stage_bounds, stage_spec
 from kvplan.model.spec import ModelSpec
-from kvplan.model.step_time import CONSTANTS, StepConstants, StepModel, prefill_pairs, step_model
+from kvplan.model.step_time import (CONSTANTS, StepConstants, StepModel, fused_moe_stream_factor, prefill_pairs,
+                                     step_model)
 from kvplan.model.weights import WeightEstimate, moe_layer_indices, moe_layers, moe_shape
 
 NETWORK_DEFAULT = 50e9
@@ -184,9 +185,12 @@ class ParallelStep:
 
     # -- the terms parallelism adds, in seconds, for one stage ----------------------------------------------
 
-    def _share(self, width: int) -> float:
-        half = self.full.constants.expert_half_width
-        return width / (width + half) if half > 0 and width > 0 else 1.0
+    def _stream(self, touched: float, per_expert: float, width: int) -> float:
+        """The experts' weight stream on one rank against the full HBM rate (step_time.fused_moe_stream_factor):
+        `touched` experts of `width` columns there, `per_expert` tokens each."""
+        full = self.full
+        return fused_moe_stream_factor(full.constants, full.compute_units, touched, per_expert, width,
+                                       self.spec.hidden_size)
 
     def experts_s(self, tokens: int, f_moe: float, group_tokens: int | None = None) -> float:
         """The routed experts of a stage's MoE layers on the busiest rank, for `tokens` per DP rank
@@ -203,10 +207,11 @@ class ParallelStep:
         bw = full.hbm_bytes_per_s * full.constants.bandwidth_efficiency
         if par.expert_parallel:
             local = -(-e // ranks)
-            memory = local * touched * per_expert / (bw * self._share(self.expert_size))
+            memory = local * touched * per_expert / bw * self._stream(local * touched, group * k / e, self.expert_size)
             pairs = group * k / ranks * self.imbalance
         else:
-            memory = e * touched * per_expert / ranks / (bw * self._share(-(-self.expert_size // ranks)))
+            memory = (e * touched * per_expert / ranks / bw
+                      * self._stream(e * touched, group * k / e, -(-self.expert_size // ranks)))
             pairs = group * k / ranks
         compute = pairs * self.expert_flops_per_pair * f_moe / (matmul * efficiency)
         return max(memory, compute)

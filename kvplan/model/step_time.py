@@ -70,8 +70,33 @@ timing profile changes.
   router, top-k, sorting tokens by expert, permute and unpermute kernels), and
   eager_overhead_per_layer_s per layer with --enforce-eager (kernel launches).
 - MoE experts at a narrow per-GPU width w (moe_intermediate_size / tp) stream their weights at
-  w / (w + expert_half_width) of the HBM rate: a fused-MoE kernel tiles each expert's slab, and
-  an expert of 2,048 columns split 8 ways gives too few tiles to keep HBM busy.
+  w / (w + expert_half_width) of the HBM rate (the default): a fused-MoE kernel tiles each
+  expert's slab, and an expert of 2,048 columns split 8 ways gives too few tiles to keep HBM busy.
+  The term is an empirical stand-in: one width for every GPU and batch, it over-predicts NVIDIA's
+  MoE decode steps at large batches (vLLM's ITL +12.6%, SGLang's +20% median, bench/
+  sglang_fidelity.py --moe) and the SGLang MI300X runs still come out fast.
+- Opt-in (expert_tiles_per_unit > 0, which replaces the width term): the fused-MoE kernel's tiles
+  against the GPU's compute units. The experts stream at the HBM rate only when the kernel has
+  enough thread blocks in flight. The kernel (vLLM's and SGLang's Triton fused_moe; ROCm's aiter
+  MoE) runs each GEMM as a grid of (row blocks of each touched expert) x (output tiles): the
+  tokens are sorted by expert and each expert's rows padded to MOE_BLOCK_M (16) rows, the output
+  columns cut into MOE_BLOCK_N (64) tiles (block sizes of vLLM's tuned configs at decode batches;
+  the constants' comment cites them). With a touched experts of per-GPU width w (moe_intermediate_size / tp)
+  receiving m tokens each, gate_up (2w columns, K = hidden) has a x ceil(m / 16) x ceil(2w / 64)
+  tiles and down (hidden columns, K = w) a x ceil(m / 16) x ceil(hidden / 64). A GEMM whose tiles
+  are fewer than the GPU's compute units (SMs / CUs, compute_units in kvplan/model/gpus.json) x
+  expert_tiles_per_unit leaves units idle and streams at tiles / (units x expert_tiles_per_unit) of
+  the rate (Little's law: the bytes in flight are the blocks in flight times each one's pipeline);
+  gate_up carries 2/3 of an expert's bytes, down 1/3. So a decode of batch 1 on 8 GPUs (8 experts
+  192 columns wide: 48 gate_up tiles) is far from saturating a B200's 148 SMs or an MI300X's 304
+  CUs, and a batch of 64 touching most experts saturates both. ROCm's aiter counts its tile groups
+  against the CU count the same way (get_block_size_M, get_ksplit). With EP (parallel_step.py) a
+  rank's whole experts are tiled at full width. Fitted alone (bench/timing_fidelity.py TILE_MODEL,
+  1.94 tiles a unit) it fixes NVIDIA's large-batch MoE ITL and the single-request MoE runs of both
+  vendors, and the held-out EP decode rows of bench/parallel_fidelity.py, but loses the SGLang
+  cookbook's B200 and MI300X closed loops and GLM-4.6 on MI300X (their large-batch steps want time
+  the width term happens to add there), and NVIDIA MoE TTFT: not the default (the corpus has no
+  dense MI300X run to tell an MI300X-wide shortfall from the MoE kernel's).
 - Host time: step_overhead_s a step and request_overhead_s per scheduled request (the engine
   core's Python work), in series or overlapped as above.
 - Weight-only quantized GEMMs (GPTQ, AWQ, MXFP4 and NVFP4 where the GPU has no fp4 units)
@@ -143,6 +168,13 @@ class StepConstants:
     #   a fused-MoE kernel's weight stream reaches half of the HBM rate: a narrow expert slab (an
     #   expert of 2,048 columns split 8 ways) gives too few tiles per expert to keep HBM busy;
     #   0 = every width streams at full rate
+    expert_tiles_per_unit: float = 0.0  # opt-in, 0 = off: the fused-MoE kernel's tiles per compute unit
+    #   (SM / CU) that keep the experts' weight stream at the HBM rate (fused_moe_stream_factor); above 0
+    #   it replaces expert_half_width. Little's law puts it near 0.4-0.6 (one block's pipeline of 2-5
+    #   stages of 64 x 64-128 bf16 weights, 16-40 KB in flight, against a unit's share of the HBM
+    #   rate x ~0.6-1 us of latency) up to the blocks a unit holds at once (2-4). Fitted with the width
+    #   term off: 1.94 (bench/timing_fidelity.py TILE_MODEL), which does not beat the width term on
+    #   the corpus as a whole (see there), so not the default
     allreduce_latency_s: float = 3.09e-05  # one all-reduce's fixed cost (NCCL / custom all-reduce
     #   launch and synchronization: 10-30 us on NVLink)
     link_efficiency: float = 0.589  # share of the link's data-sheet bandwidth an all-reduce reaches
@@ -170,6 +202,7 @@ PHYSICAL_RANGES = {
     "bandwidth_efficiency": (0.6, 0.92), "gemm_efficiency": (0.4, 1.0), "attention_efficiency": (0.3, 0.8),
     "step_overhead_s": (0.1e-3, 6e-3), "request_overhead_s": (1e-6, 80e-6),
     "layer_overhead_s": (0.0, 40e-6), "moe_layer_overhead_s": (0.0, 80e-6), "expert_half_width": (0.0, 1024.0),
+    "expert_tiles_per_unit": (0.0, 4.0),
     "allreduce_latency_s": (3e-6, 50e-6), "link_efficiency": (0.3, 0.95), "weight_only_gemm": (0.15, 1.0),
     "frontend_latency_s": (0.5e-3, 60e-3), "frontend_request_s": (0.0, 10e-3), "stream_token_s": (0.0, 300e-6),
 }  # fmt: skip
@@ -268,6 +301,8 @@ class StepModel:
     expert_width: int = 0  # one routed expert's intermediate columns on this GPU (moe_intermediate_size / tp)
     async_scheduling: bool = True  # the engine core schedules step n + 1 while the GPU runs step n
     #   (vLLM's default from 0.14, SCHEDULER_ASYNC_FROM): its host time overlaps the GPU's
+    compute_units: int = 0  # the GPU's SMs / CUs (kvplan/model/gpus.json); 0: not stated (the experts'
+    #   tiles then never limit their weight stream)
 
     def with_constants(self, constants: StepConstants) -> "StepModel":
         return replace(self, constants=constants)
@@ -305,17 +340,17 @@ class StepModel:
         if self.num_experts and tokens > 0:
             active = self.active_experts(tokens)
             per_expert = tokens * self.top_k / active
-            parts["experts"] = (self.expert_bytes * active / self.num_experts / (bw * self.expert_stream_share),
+            parts["experts"] = (self.expert_bytes * active / self.num_experts / bw
+                                * self.expert_stream_factor(active, per_expert),
                                 self.expert_flops_per_token * tokens
                                 / (self._matmul() * self.gemm_efficiency(per_expert)))
         return parts
 
-    @property
-    def expert_stream_share(self) -> float:
-        """The share of the HBM rate a fused-MoE kernel's expert weight stream reaches at this
-        GPU's expert width: w / (w + expert_half_width)."""
-        half = self.constants.expert_half_width
-        return self.expert_width / (self.expert_width + half) if half > 0 and self.expert_width > 0 else 1.0
+    def expert_stream_factor(self, active: float, per_expert: float) -> float:
+        """How much longer than at the full HBM rate the routed experts' weights take to stream,
+        `active` experts touched with `per_expert` tokens each (fused_moe_stream_factor)."""
+        return fused_moe_stream_factor(self.constants, self.compute_units, active, per_expert,
+                                       self.expert_width, self.hidden)
 
     def linear_s(self, tokens: int) -> float:
         if tokens <= 0:
@@ -349,7 +384,6 @@ class StepModel:
         dense_mem, dense_flops = self.dense_bytes / bw, self.dense_flops_per_token
         experts = bool(self.num_experts)
         if experts:
-            stream = bw * self.expert_stream_share
             expert_flops = self.expert_flops_per_token
         reduce = self.tp > 1
         if reduce:
@@ -374,7 +408,8 @@ class StepModel:
                 if experts:
                     active = self.active_experts(n)
                     per_expert = n * self.top_k / active
-                    linear += max(self.expert_bytes * active / self.num_experts / stream,
+                    linear += max(self.expert_bytes * active / self.num_experts / bw
+                                  * self.expert_stream_factor(active, per_expert),
                                   expert_flops * n / (matmul * efficiency(per_expert)))
             allreduce = (2 * self.num_layers * (c.allreduce_latency_s + ring * n * self.hidden * 2 / link)
                          if reduce and n > 0 else 0.0)
@@ -510,6 +545,49 @@ PCIE_NCCL_SHARE = 0.75
 # 150 GB/s or more (V100's NVLink 2), every PCIe-only part 32 or 64 (kvplan/model/gpus.json sources).
 PCIE_LINK_MAX_BYTES_PER_S = 64e9
 
+# The fused-MoE kernel's tiles at decode and small batches (the module docstring, "MoE experts"):
+# vLLM's Triton fused_moe (vllm/model_executor/layers/fused_moe/fused_moe.py, fused_moe_kernel: a grid
+# of cdiv(EM, BLOCK_SIZE_M) x cdiv(N, BLOCK_SIZE_N) programs, the tokens sorted by expert and each
+# expert's rows padded to BLOCK_SIZE_M, moe_align_block_size) takes its tuned configs (configs/E=..,
+# N=..,device_name=...json, try_get_optimal_moe_config) with BLOCK_SIZE_M 16 and BLOCK_SIZE_N 64 at
+# decode batches, e.g. E=128,N=192 on H100 (M 1-4 and 64) and E=128,N=384 on MI300X (M 1); its
+# get_default_config for untuned shapes also takes BLOCK_SIZE_M 16 when M <= E. SGLang's Triton
+# fused_moe is the same kernel. ROCm's aiter CK/asm MoE (aiter/fused_moe.py, get_block_size_M and
+# get_ksplit) counts its tile groups of tileN 128 columns against the GPU's CU count (get_cu_num) in
+# the same way: it picks the block size that wastes fewest CUs and, when tile groups < CUs ("all cu
+# already active" otherwise), splits K to fill them.
+MOE_BLOCK_M = 16
+MOE_BLOCK_N = 64
+# gate and up are two of an expert's three matrices (SwiGLU experts: w13 of 2 x width columns,
+# w2 of hidden columns)
+GATE_UP_SHARE = 2.0 / 3.0
+
+
+def fused_moe_tiles(active: float, per_expert: float, columns: int) -> float:
+    """Thread blocks of one fused-MoE GEMM: `active` touched experts, each with `per_expert` tokens
+    padded to whole MOE_BLOCK_M rows, times the output `columns` in MOE_BLOCK_N tiles."""
+    return active * math.ceil(max(per_expert, 1.0) / MOE_BLOCK_M) * math.ceil(columns / MOE_BLOCK_N)
+
+
+def fused_moe_stream_factor(constants: StepConstants, compute_units: int, active: float, per_expert: float,
+                            width: int, hidden: int) -> float:
+    """How much longer than at the full HBM rate `active` touched experts of `width` intermediate
+    columns on this GPU take to stream, each receiving `per_expert` tokens. With
+    expert_tiles_per_unit t > 0 and the GPU's compute units U known: each of the two GEMMs
+    (gate_up: 2 x width columns; down: hidden columns) streams at min(1, tiles / (U x t)) of the
+    rate, for its share of the bytes (2/3 and 1/3). Else the older width term: w / (w + expert_half_width)."""
+    tiles = constants.expert_tiles_per_unit
+    if tiles > 0 and compute_units > 0:
+        if active <= 0 or width <= 0:
+            return 1.0
+        slots = compute_units * tiles
+        gate_up = min(1.0, fused_moe_tiles(active, per_expert, 2 * width) / slots)
+        down = min(1.0, fused_moe_tiles(active, per_expert, hidden) / slots)
+        return GATE_UP_SHARE / gate_up + (1.0 - GATE_UP_SHARE) / down
+    half = constants.expert_half_width
+    return (width + half) / width if half > 0 and width > 0 else 1.0
+
+
 MIN_TILE_TOKENS = 16.0  # the M of the tensor cores' mma.sync.m16n8k16 instruction: no GEMM tile is smaller
 
 SHORT_WINDOW = 1024  # tokens: prefill attention of sliding windows up to this is charged per token (docstring)
@@ -577,6 +655,7 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
         moe_layers=moe_count,
         expert_width=-(-expert_size // tp),
         async_scheduling=async_scheduling,
+        compute_units=gpu.compute_units,
     )
 
 
