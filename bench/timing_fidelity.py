@@ -713,6 +713,8 @@ MEASURED = ("frontend_latency_s",)
 # expert_half_width=0 --set expert_tiles_per_unit=1` fits it on every run but the bursts (objective
 # 0.190, against 0.173 for the shipped width term; refitting bandwidth_efficiency, gemm_efficiency,
 # attention_efficiency, layer_overhead_s and moe_layer_overhead_s with it moves none of them).
+# `--set expert_half_width=0 --set expert_tiles_per_unit=1.94` prints its tables (step_time.py's
+# docstring sums them up: better ITL and E2E, worse TTFT and offline throughput, held out by source);
 # bench/sglang_fidelity.py --moe compares it by engine and GPU vendor.
 TILE_MODEL = {"expert_half_width": 0.0, "expert_tiles_per_unit": 1.94}
 

@@ -91,12 +91,17 @@ timing profile changes.
   192 columns wide: 48 gate_up tiles) is far from saturating a B200's 148 SMs or an MI300X's 304
   CUs, and a batch of 64 touching most experts saturates both. ROCm's aiter counts its tile groups
   against the CU count the same way (get_block_size_M, get_ksplit). With EP (parallel_step.py) a
-  rank's whole experts are tiled at full width. Fitted alone (bench/timing_fidelity.py TILE_MODEL,
-  1.94 tiles a unit) it fixes NVIDIA's large-batch MoE ITL and the single-request MoE runs of both
-  vendors, and the held-out EP decode rows of bench/parallel_fidelity.py, but loses the SGLang
-  cookbook's B200 and MI300X closed loops and GLM-4.6 on MI300X (their large-batch steps want time
-  the width term happens to add there), and NVIDIA MoE TTFT: not the default (the corpus has no
-  dense MI300X run to tell an MI300X-wide shortfall from the MoE kernel's).
+  rank's whole experts are tiled at full width. Not the default: fitted alone (bench/
+  timing_fidelity.py TILE_MODEL, 1.94 tiles a unit) and held out by source, it lowers closed
+  loops' ITL (19.0% -> 9.7%), single requests' throughput and E2E (16.5 -> 6.1%, 20.0 -> 7.5%),
+  SGLang's E2E and ITL (25.0 -> 21.9%, 28.1 -> 24.8%) and bench/parallel_fidelity.py's held-out
+  EP decode rows (46.5% -> 39.4%), but raises TTFT (single requests 13.6 -> 28.1%, closed loops
+  38.3 -> 43.8%) and offline throughput (19.6 -> 24.0%). By engine and vendor (bench/
+  sglang_fidelity.py --moe) it fixes NVIDIA's MoE ITL (signed medians: vLLM +12.6% -> +2.4%,
+  SGLang +20.0% -> -3.9%) and loses the MI300X runs (SGLang throughput +42% -> +71%, vLLM's
+  GLM-4.6 -8% -> +50%): their large-batch steps want time that the width term happens to add
+  and that no tile count gives (their experts are many and touched), and the corpus has no dense
+  MI300X run to tell an MI300X-wide shortfall (TTFT is fast there too) from the MoE kernel's.
 - Host time: step_overhead_s a step and request_overhead_s per scheduled request (the engine
   core's Python work), in series or overlapped as above.
 - Weight-only quantized GEMMs (GPTQ, AWQ, MXFP4 and NVFP4 where the GPU has no fp4 units)
