@@ -15,7 +15,8 @@ costs; the lm_head on the last stage only). What parallelism adds, term by term:
     N x top_k / E: at small batches that is a few tokens and the experts are weight-bound.
   * without EP every rank holds every expert's 1 / R slice (width moe_intermediate / R) and
     computes all N x top_k pairs on it: no imbalance, but a narrow slice streams slowly
-    (expert_half_width of step_time.py).
+    (expert_half_width of step_time.py; with its opt-in fused-MoE tile model, the tiles of the
+    experts a rank touches, at their width there, against the GPU's compute units).
 - all-to-all: with D > 1 the MoE layers exchange tokens (ParallelConfig.use_all2all). Per MoE
   layer a dispatch and a combine, each a fixed allreduce_latency_s plus its bytes over the
   slowest path they take: NVLink (link_bytes_per_s x link_efficiency) between the GPUs of one node
