@@ -47,7 +47,7 @@ report's TTFT mean is transcribed (precise, default), the measured and simulated
 Targets: the prefix-aware routers within 2x of the measured TTFT p90, random within 25%.
 
 What the precise scheduler's gap looks like, source by source (mean TTFT, measured - kvplan's, at
-every rate of a report; kvplan's routing there is near perfect, 96-98% hits, so the gap is latency
+every rate of a report; kvplan's routing there is near perfect, 95-98% hits, so the gap is latency
 outside the routing decision): X-37 +0.06 to +0.10 s, flat from 3 to 20/s; the repeat of X-37 (the
 same workload, cluster and weights) +0.11 to +0.22 s; X-70R-6kSys +0.13 to +0.21 s, flat from 3 to
 60/s, and its estimated scheduler +0.10 to +0.15 s at 3-15/s, where neither queues. It is not the
@@ -59,9 +59,10 @@ differs between two runs of one stack. The engine is not what is fast: its decod
 load (2 x the ITL mean against kvplan's TPOT mean: X-37 0.026 vs 0.029 s at 3/s, X-70R 0.022 vs
 0.021 s at 3/s; kvplan's is 1.5x the measured at the top rates, 0.086 vs 0.058 s in X-37 at 20/s and
 0.09 vs 0.058 s in X-70R at 40-60/s, a separate miss). Delivery differs by run: in X-37 the ITL p90
-(0.078-0.100 s) is 1.7-3x the time per token (printed): tokens reach the client in bursts ~0.1 s
+(0.078-0.100 s) is 1.7-3.3x the time per token (printed): tokens reach the client in bursts ~0.1 s
 apart, as they do in the repeat (ITL p90 0.100, TTFT p90 0.400 at seven of nine rates); in X-70R at
-3-35/s it equals the time per token (0.022 at 3/s): no bursts, yet the same gap. Not modelled.
+3-35/s it is 1.0-1.2x the time per token (0.022 and 0.022 s at 3/s): no bursts, yet the same gap.
+Not modelled.
 
 Read in the deployed code and ruled out as its cause (each on the path of every request, or of the
 precise scheduler's):
@@ -91,7 +92,10 @@ generator also holds at most num_workers x worker_max_concurrency requests in fl
 of the client's machine x 100, config.py at 16c972f): a request waiting for a slot is stamped only
 when sent, so a saturated stage's TTFT leaves that wait out; the reports do not state the client's
 machine, so nothing of it is restated here (it bears on random's and load's saturated stages, not on
-the precise gap).
+the precise gap). X-70R's random misses fit both: at 3/s the same per-request gap (0.535 s against
+0.82), and saturated, its measured p90 grows 1.3x (70-91 s to 101-107 s) as its stages double from
+~750 to ~1,500 requests (20-35/s, then 40-60/s) where kvplan's, which counts every wait, grows 3x
+(49-56 s to 155-190 s), as a cap on the requests in flight would make it; its size is unknown.
 
 Run: python bench/routing_fidelity.py [--source NAME] [--router NAME] [--seeds N]
 """
