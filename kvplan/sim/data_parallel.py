@@ -48,6 +48,7 @@ import numpy as np
 
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.sim.metrics import RawRun, ServeResult, build_result
+from kvplan.sim.parallel_clock import shared_moe_ticks
 from kvplan.sim.reference import Req, ReferenceSim, reference_sim
 from kvplan.sim.sampling import TIMELINE_POINTS, TimelineSampler
 from kvplan.sim.timing import TICKS_PER_SECOND
@@ -142,22 +143,10 @@ class LockstepSim:
                 inputs.append(sim.step_inputs(work))
             else:  # a dummy batch of one token (execute_dummy_batch)
                 inputs.append((0, 1, 1, 0))
-        moe = self.shared_moe_ticks([tokens for _, tokens, _, _ in inputs])
+        moe = shared_moe_ticks(self.run_par.step, [tokens for _, tokens, _, _ in inputs])
         self.moe_ticks += moe
         return max(clock.step_ticks(kv, tokens, requests, pairs, extra_gpu=moe)
                    for kv, tokens, requests, pairs in inputs)
-
-    def shared_moe_ticks(self, tokens: list[int]) -> int:
-        """Ticks of the routed experts and the all-to-all of one global step, every rank's `tokens`."""
-        step = self.run_par.step
-        if step is None:
-            return 0
-        _, _, model, _, f_moe = step.stages[0]
-        group = sum(tokens)
-        experts = step.experts_s(max(tokens), f_moe, group_tokens=group)
-        sent = -(-group // self.dp) if step.backend == "allgather_reducescatter" else max(tokens)
-        a2a = step.all_to_all_s(sent, model.moe_layers)
-        return int(round((experts + a2a) * TICKS_PER_SECOND))
 
     def raw(self) -> RawRun:
         reqs, ranks = self.reqs, self.ranks
@@ -207,6 +196,16 @@ class LockstepSim:
                 "moe_shared_time": self.moe_ticks / clock.ticks_per_unit if clock.timed else None}
 
 
+def mean_field(workload: Workload) -> Workload:
+    """`workload` (with `parallel:`) as one rank's fast-engine run: the mean-field clock
+    (kvplan/sim/parallel_clock.py) and 1 / D of the traffic (arrival times D times as far apart;
+    Poisson arrivals thinned at random by the balancer are Poisson at 1 / D of the rate)."""
+    run = workload.parallel
+    dp, base = run.par.dp, workload.make_requests
+    make = lambda: (replace(c, arrival=c.arrival * dp) for c in base())  # noqa: E731
+    return replace(workload, parallel=replace(run, mean_field=True), make_requests=make)
+
+
 def simulate_data_parallel(workload: Workload, allocator: AllocatorSpec, *, progress=None,
                            record_requests: bool = False, timeline_points: int = TIMELINE_POINTS,
                            slo=None) -> ServeResult:
@@ -220,4 +219,4 @@ def simulate_data_parallel(workload: Workload, allocator: AllocatorSpec, *, prog
     return replace(result, data_parallel=sim.summary())
 
 
-__all__ = ["Balancer", "LockstepSim", "Req", "simulate_data_parallel"]
+__all__ = ["Balancer", "LockstepSim", "Req", "mean_field", "simulate_data_parallel"]
