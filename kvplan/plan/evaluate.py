@@ -24,7 +24,8 @@ def priced(e: Evaluation, traffic: Traffic, book, replicas: int, load: float) ->
     served = traffic.rate if traffic.rate is not None else replicas * load
     if rental is None:
         return replace(e, replicas=replicas, gpus=replicas * e.config.gpus_per_replica, load_per_replica=load,
-                       served=served, cost_per_hour=None, reason=book.no_rental_reason(e.config.gpu, e.config.rent_unit[0]), left_out="price")
+                       served=served, cost_per_hour=None,
+                       reason=book.no_rental_reason(e.config.gpu, e.config.rent_unit[0]), left_out="price")
     per_hour = served * 3600
     both = (traffic.prompt + traffic.output) * per_hour
     out = traffic.output * per_hour
@@ -109,7 +110,8 @@ def _bounded(sample: Sample, setup, traffic: Traffic, targets: Targets, config: 
                               f"more than the limit allows ({most})", left_out="limit", **known)
         rental = config.rent(book, least)
         if rental is None:
-            return Evaluation(config, True, reason=book.no_rental_reason(config.gpu, config.rent_unit[0]), left_out="price", **known)
+            return Evaluation(config, True, reason=book.no_rental_reason(config.gpu, config.rent_unit[0]),
+                              left_out="price", **known)
         return Evaluation(config, True, reason=None, bound_cost=rental.usd_per_hour, **known)
     most = most_replicas(config, book, rules)
     if most < 1:

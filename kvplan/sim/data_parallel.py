@@ -1,8 +1,8 @@
 """Data-parallel serving of a MoE model: D engines, each with its own scheduler and KV pool,
 stepping in lockstep, as vLLM runs them (the lockstep reference; slow and plain, like reference.py).
 
-What vLLM does (vllm-project/vllm, main as of v0.11-v0.12; vllm/v1/engine/core.py and
-vllm/v1/engine/core_client.py):
+What vLLM does (vllm-project/vllm: vllm/v1/engine/core.py read at commit ac3cb2e2,
+vllm/v1/engine/core_client.py at 364631ab; the same rules since the V1 engine's DP support, 0.9):
 
 - Each DP rank of a MoE model is a DPEngineCoreProc (DPMoEEngineCoreActor under Ray: "Used for
   MoE model data parallel cases"), with its own Scheduler and KV cache. A model without experts
@@ -17,7 +17,9 @@ vllm/v1/engine/core_client.py):
 - The API server picks a rank for each request (DPLBAsyncMPClient.get_core_engine_for_request):
   the rank of least waiting x 4 + running, scanning from rank 0 (eng_start_index, one API
   server), first on a tie, over the counts the DP coordinator publishes (every 100 ms), each pick
-  adding one to its rank's waiting count until the next publication.
+  adding one to its rank's waiting count until the next publication (vllm/v1/engine/coordinator.py:
+  the counts as the ranks' schedulers give them, get_request_counts, published every
+  stats_update_interval_ms = 100 while they change).
 
 The lockstep here: at each global step every rank schedules its own batch (reference.py's
 scheduler, one ReferenceSim per rank, its state not copied); the step takes, for all of them,

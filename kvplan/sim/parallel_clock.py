@@ -8,9 +8,11 @@ own, the busiest sender's the most). kvplan/sim/data_parallel.py adds it to ever
 
 `mean_field_clock`: one rank's clock as if every rank ran the same n tokens: its linear table
 gains shared_moe_ticks([n] x D) at each n. One rank's engine on 1 / D of the traffic with this
-clock stands in for the lockstep run where a search needs the fast engine (kvplan plan); what it
-leaves out (the ranks' different batches, the slowest rank setting the step, dummy batches) is
-measured against the lockstep reference by bench/dp_mean_field.py.
+clock (data_parallel.mean_field) would let a search use the fast engine; what it leaves out (the
+ranks' different batches, the slowest rank setting every step, dummy batches) is measured against
+the lockstep reference by bench/dp_mean_field.py: a median error of 19% over TTFT and TPOT p50 /
+p99 on five workloads, up to -76%, nearly always optimistic. So nothing reachable from the CLI
+uses it: `kvplan plan` runs the lockstep reference for its DP configurations.
 """
 
 from __future__ import annotations

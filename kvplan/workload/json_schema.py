@@ -187,7 +187,7 @@ def workload_schema() -> dict:
                              "all2all_backend": {"enum": ["allgather_reducescatter", "deepep_high_throughput",
                                                           "deepep_low_latency"]},
                              "expert_imbalance": {"type": "number", "minimum": 1, "maximum": 8},
-                             "network_gbps": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000}}, (),
+                             "network_gbps": {"type": "number", "minimum": 1, "maximum": 10000}}, (),
                             "experiment serve: vLLM's data parallel ranks (and expert parallelism) of a MoE "
                             "model, stepping in lockstep (kvplan/sim/data_parallel.py)"),
     }

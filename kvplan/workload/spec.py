@@ -542,7 +542,7 @@ class ParallelSpec:
         check_bool(self.enable_expert_parallel, "enable_expert_parallel")
         check_choice(self.all2all_backend, ALL2ALL_BACKENDS, "all2all_backend")
         check_float(self.expert_imbalance, "expert_imbalance", ge=1.0, le=8.0)
-        check_float(self.network_gbps, "network_gbps", gt=0, le=100_000, optional=True)
+        check_float(self.network_gbps, "network_gbps", ge=1, le=10_000, optional=True)  # kvplan step's range
 
     def to_dict(self) -> dict:
         return {key: getattr(self, key) for key in PARALLEL_KEYS}
