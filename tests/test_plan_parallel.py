@@ -52,3 +52,17 @@ def test_a_dp_plan_prices_every_gpu_of_a_replica_and_holds_on_a_fresh_seed():
     assert a["seeds"] == [1]  # re-simulated on a fresh seed at its planned load, and within the targets there
     ttft, tpot, _ = a["seed_p99s"][0]
     assert ttft <= 1.0 and tpot <= 0.06
+
+
+def test_a_dp_configuration_serves_the_plans_network_and_all_to_all():
+    """--network-gbps 400 and --all2all-backend reach each replica's lockstep run: 400 Gb/s is
+    50 GB/s a GPU (400e9 / 8 B), DeepEP's low-latency kernels the backend; a plain configuration
+    of the same plan runs without `parallel`."""
+    from kvplan.plan.space import config_workload
+
+    traffic = Traffic(rate=4.0, prompt=500, output=50, count=20, network_gbps=400.0,
+                      all2all_backend="deepep_low_latency")
+    wl = config_workload(MOE, traffic, Config("H100-80GB", 1, dp=4, expert_parallel=True))
+    assert wl.parallel.par.dp == 4 and wl.parallel.par.ep == 4
+    assert wl.parallel.step.network == 50e9 and wl.parallel.step.backend == "deepep_low_latency"
+    assert config_workload(MOE, traffic, Config("H100-80GB", 1)).parallel is None

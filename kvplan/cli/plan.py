@@ -40,6 +40,7 @@ def plan(
     dp: Annotated[str, typer.Option("--dp", help="Data-parallel sizes to consider (vLLM's --data-parallel-size, MoE models): 1,2,4,8. A replica is then dp engines of --tp GPUs each, stepping in lockstep, across nodes where tp x dp exceeds one (their all-to-all over --network-gbps).")] = "1",
     expert_parallel: Annotated[str, typer.Option("--expert-parallel", help="vLLM's --enable-expert-parallel (MoE models): on, off, or on,off to compare.")] = "off",
     network_gbps: Annotated[Optional[float], typer.Option("--network-gbps", help="With --dp or --expert-parallel: each GPU's network in Gb/s, for the all-to-all beyond a node (default: the GPU's).")] = None,
+    all2all_backend: Annotated[Optional[str], typer.Option("--all2all-backend", help="With --dp or --expert-parallel: vLLM's all-to-all of the MoE layers: allgather_reducescatter (vLLM's default), deepep_high_throughput, deepep_low_latency.")] = None,
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs in one node: no TP degree above it (one replica stays in a node).")] = 8,
     price: Annotated[Optional[list[str]], typer.Option(help="Override a price: GPU=USD per GPU-hour, any instance shape (repeatable).")] = None,
     prices: Annotated[Optional[Path], typer.Option(help="A price file replacing the shipped table (same JSON shape).")] = None,
@@ -82,7 +83,7 @@ def plan(
     lengths = _lengths(rate, prompt, output, count)
     targets = _targets(ttft_p99, tpot_p99, e2e_p99, goodput)
     engines = _engines(engine, block_size)
-    parallel = _parallel(model, dp, expert_parallel, network_gbps, engines)
+    parallel = _parallel(model, dp, expert_parallel, network_gbps, engines, all2all_backend)
     routers, transfer = _fleet(_router(router, engines, parallel != ([1], [False])), disaggregate, check_top)
     for name, target in (("--csv", csv), ("--plot", plot), ("--html", html)):
         if target is not None:
@@ -97,10 +98,10 @@ def plan(
     if not 1 <= n <= 1024:
         raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
     traffic = _traffic(rate, *lengths, count, workload, timing_profile)
-    if network_gbps is not None:
+    if network_gbps is not None or all2all_backend is not None:
         from dataclasses import replace
 
-        traffic = replace(traffic, network_gbps=network_gbps)
+        traffic = replace(traffic, network_gbps=network_gbps, all2all_backend=all2all_backend)
     if speculative is not None or num_speculative_tokens is not None or acceptance is not None:
         from dataclasses import replace
 
@@ -256,7 +257,7 @@ def _configs(model: str, gpus: list[str], gpus_per_node: int, tp: str, quantizat
                  for c in caching for m in batched for s in seqs)
 
 
-def _parallel(model: str, dp: str, expert_parallel: str, network_gbps, engines: list[str]):
+def _parallel(model: str, dp: str, expert_parallel: str, network_gbps, engines: list[str], backend=None):
     """The DP sizes and EP settings searched ([1], [False] without the flags), refused in one line
     where the lockstep run (kvplan/sim/data_parallel.py) does not apply."""
     from kvplan.model.parallel import MAX_DEGREE
@@ -271,9 +272,14 @@ def _parallel(model: str, dp: str, expert_parallel: str, network_gbps, engines: 
     eps = list(dict.fromkeys(eps))
     if network_gbps is not None and not _finite(network_gbps, 1, 10_000):
         raise UsageError(f"expected Gb/s per GPU from 1 to 10,000, got {network_gbps}", field="--network-gbps")
+    from kvplan.model.parallel_step import ALL2ALL_BACKENDS
+
+    if backend is not None and backend not in ALL2ALL_BACKENDS:
+        raise UsageError(f"expected one of {', '.join(ALL2ALL_BACKENDS)}, got {backend!r}", field="--all2all-backend")
     if (dps, eps) == ([1], [False]):
-        if network_gbps is not None:
-            raise UsageError("applies with --dp or --expert-parallel", field="--network-gbps")
+        for flag, value in (("--network-gbps", network_gbps), ("--all2all-backend", backend)):
+            if value is not None:
+                raise UsageError("applies with --dp or --expert-parallel", field=flag)
         return dps, eps
     if "sglang" in engines:
         raise UsageError("is vLLM's parallelism; give --engine vllm with it",

@@ -33,6 +33,7 @@ class Traffic:
     seed: int | None = None  # the sample the search decides on (None: seed 0, or the workload file's own)
     speculative: "SpeculativeSpec | None" = None  # speculative decoding on every replica (--speculative)
     network_gbps: float | None = None  # with DP/EP configurations: each GPU's network, Gb/s (None: the GPU's)
+    all2all_backend: str | None = None  # with DP/EP configurations: vLLM's --all2all-backend (None: its default)
 
 
 WEIGHT_QUANTIZATIONS = ("none", "fp8", "awq", "gptq-int4", "gptq-int8")  # kvplan/model/resolve.QUANT_SUFFIXES
@@ -168,8 +169,9 @@ def config_workload(model: str, traffic: Traffic, config: Config, seed: int | No
     if config.parallel:
         from kvplan.workload.spec import ParallelSpec
 
+        asked = {"all2all_backend": traffic.all2all_backend} if traffic.all2all_backend else {}
         spec = replace(spec, parallel=ParallelSpec(dp=config.dp, enable_expert_parallel=config.expert_parallel,
-                                                   network_gbps=traffic.network_gbps))
+                                                   network_gbps=traffic.network_gbps, **asked))
     wl = build_flags(spec)
     if traffic.workload is None:
         return wl
