@@ -277,7 +277,8 @@ class ReferenceSim:
     def grow(self, req: Req, need: int, n: int) -> None:
         """A running (or resuming) request takes `need` more blocks for its `n` tokens."""
         if self.blocks is not None:
-            req.table += self.blocks.get_new_blocks(need).tolist()
+            if need:  # (no block taken: nothing to do in the pool)
+                req.table += self.blocks.get_new_blocks(need).tolist()
             self.register(req, req.held + n)
         else:
             self.free_blocks -= need
