@@ -47,29 +47,55 @@ report's TTFT mean is transcribed (precise, default), the measured and simulated
 Targets: the prefix-aware routers within 2x of the measured TTFT p90, random within 25%.
 
 What the precise scheduler's gap looks like, source by source (mean TTFT, measured - kvplan's, at
-every rate of a report; kvplan's routing there is near perfect, 96-98% hits, so the gap is latency
+every rate of a report; kvplan's routing there is near perfect, 95-98% hits, so the gap is latency
 outside the routing decision): X-37 +0.06 to +0.10 s, flat from 3 to 20/s; the repeat of X-37 (the
 same workload, cluster and weights) +0.11 to +0.22 s; X-70R-6kSys +0.13 to +0.21 s, flat from 3 to
-60/s, and its estimated scheduler +0.10 to +0.15 s at 3-15/s, where neither queues. So the missing
-latency is flat with load, present without the precise scorer's tokenizer (which skips these prompts
-anyway once 80% of one is found in its store of earlier tokenizations: llm-d-kv-cache-manager,
-pkg/tokenization/pool.go, minPrefixOverlapRatio 0.8), not larger for the longer prompt (9,000 tokens
-in X-37, 7,200 in X-70R), not smaller with 8 pods than with 4, and twice as large in one run of X-37
-as in the other: a per-request latency of the deployment that varies from run to run, not a cost of
-the prompt's length, the load or the pods' number. The engine is not what is fast: its decode pace
-agrees at low load (2 x the ITL mean against kvplan's TPOT mean: X-37 0.026 vs 0.029 s at 3/s, X-70R
-0.022 vs 0.021 s at 3/s; kvplan's is 1.5x the measured at the top rates, 0.086 vs 0.058 s in X-37 at
-20/s and 0.09 vs 0.058 s in X-70R at 40-60/s, a separate miss). In the X-37 repeat and in X-70R the
-measured p90s sit on a 0.1 s grid (0.400 at seven of nine rates; 0.4/0.5/0.6) and the repeat's ITL
-p90 is 0.100: stamps or deliveries in 100 ms steps there, unexplained. Not modelled. The known costs
-on that path are small beside it: vLLM's API server tokenizes each prompt on one thread
-(vllm-project/vllm#25301: serving_engine.py's ThreadPoolExecutor(max_workers=1)) at 1.3-1.9 MB/s for
-the Llama 3.1 tokenizer (huggingface/tokenizers#1582), 19-28 ms for X-37's 9,000 tokens at 4 bytes a
-token; the EPP's body handling is 25 ms for a 220 KB body (GATEWAY_DEFAULT_S), less for these (~36
-KB). The client of that time opened a new aiohttp session (its connection and DNS resolver) for
-every request, inside its TTFT (kubernetes-sigs/inference-perf, client/modelserver/vllm_client.py at
-23b52d0; shared per worker from #282 of 2025-11-11): a client cost, unmeasured there, which no
-server default carries.
+60/s, and its estimated scheduler +0.10 to +0.15 s at 3-15/s, where neither queues. It is not the
+router's: X-70R's random scheduler, whose requests mostly miss and prefill 7,200 tokens (6x the 1,200
+a precise hit prefills), shows the same gap where it does not queue (+0.15 s at 3/s, +0.17 s at
+10/s; printed), so it is a per-request latency of that deployment, not a cost of the prefill, the
+prompt's length (9,000 tokens in X-37, 7,200 in X-70R), the load or the pods' number (4 or 8), and it
+differs between two runs of one stack. The engine is not what is fast: its decode pace agrees at low
+load (2 x the ITL mean against kvplan's TPOT mean: X-37 0.026 vs 0.029 s at 3/s, X-70R 0.022 vs
+0.021 s at 3/s; kvplan's is 1.5x the measured at the top rates, 0.086 vs 0.058 s in X-37 at 20/s and
+0.09 vs 0.058 s in X-70R at 40-60/s, a separate miss). Delivery differs by run: in X-37 the ITL p90
+(0.078-0.100 s) is 1.7-3.3x the time per token (printed): tokens reach the client in bursts ~0.1 s
+apart, as they do in the repeat (ITL p90 0.100, TTFT p90 0.400 at seven of nine rates); in X-70R at
+3-35/s it is 1.0-1.2x the time per token (0.022 and 0.022 s at 3/s): no bursts, yet the same gap.
+Not modelled.
+
+Read in the deployed code and ruled out as its cause (each on the path of every request, or of the
+precise scheduler's):
+- the index's lag: vLLM publishes a step's KV events as it schedules the step (vllm/v1/core/sched/
+  scheduler.py, Scheduler.schedule, in the releases of the reports' time; after the step from
+  v0.14), over ZMQ to the EPP, which indexes them: a request is scored on what was stored up to about
+  a step before, as kvplan's router sees each replica's cache at its last refresh (every 50 ms);
+  repeats of a prompt come seconds apart at these rates, so no hit is lost to it;
+- the precise scorer's weights and normalisation: prefix 2 / KV 1 / queue 1 (X-37), 3 / 2 / 2
+  (X-70R), its scores min-max scaled over the pods that hold the prompt's first block, the others 0
+  (kvplan/fleet/routers._min_max_of_holders, now as deployed; before, over every pod: 3.74 -> 3.75,
+  2.79 -> 2.79, no decision of these traces depends on it);
+- the precise scorer's tokenizer: skipped once 80% of a prompt is found in its store of earlier
+  tokenizations (llm-d-kv-cache-manager, pkg/tokenization/pool.go, minPrefixOverlapRatio 0.8);
+- the gateway: 25 ms (GATEWAY_DEFAULT_S, cited there);
+- vLLM's API server tokenizes each prompt on one thread (vllm-project/vllm#25301: serving_engine.py's
+  ThreadPoolExecutor(max_workers=1)) at 1.3-1.9 MB/s for the Llama 3.1 tokenizer
+  (huggingface/tokenizers#1582): 19-42 ms for X-37's 9,000 tokens and 15-33 ms for X-70R's 7,200 at
+  4-6 bytes a token, the same for every router, where X-70R's p90s want +0.10-0.14 s to come within 2x;
+  kvplan's API server (kvplan/model/step_time.py, frontend_latency_s and the fitted
+  frontend_request_s) does not scale with the prompt, and that is left to that model's own fit;
+- the client's read loop (the ITL p50 of 0 is the blank SSE line being stamped).
+The client of that time opened a new aiohttp session (its connection and DNS resolver) for every
+request, inside its TTFT (kubernetes-sigs/inference-perf, client/modelserver/openai_client.py before
+#282, merged 2025-11-26): a client cost, unmeasured there, which no server default carries. Its load
+generator also holds at most num_workers x worker_max_concurrency requests in flight (os.cpu_count()
+of the client's machine x 100, config.py at 16c972f): a request waiting for a slot is stamped only
+when sent, so a saturated stage's TTFT leaves that wait out; the reports do not state the client's
+machine, so nothing of it is restated here (it bears on random's and load's saturated stages, not on
+the precise gap). X-70R's random misses fit both: at 3/s the same per-request gap (0.535 s against
+0.82), and saturated, its measured p90 grows 1.3x (70-91 s to 101-107 s) as its stages double from
+~750 to ~1,500 requests (20-35/s, then 40-60/s) where kvplan's, which counts every wait, grows 3x
+(49-56 s to 155-190 s), as a cap on the requests in flight would make it; its size is unknown.
 
 Run: python bench/routing_fidelity.py [--source NAME] [--router NAME] [--seeds N]
 """
@@ -89,11 +115,12 @@ from kvplan.workload.routing import GATEWAY_DEFAULT_S
 # One benchmark report each: its cluster, its workload (Inference-Perf's shared_prefix data, random
 # token ids decoded), its load stages (rate/s, duration s; the first a warm-up, which no table
 # covers: a ladder stage of the same rate is compared alone), its per-QPS TTFT p90 tables (s), the TTFT
-# means of its precise and default schedulers (s; printed beside their gap, not a target), its precise
-# scheduler's ITL means (s; the client stamps the blank line closing each SSE message too, so a
+# means of its precise, default and random schedulers (s; printed beside their gap, not a target), its
+# precise scheduler's ITL means (s; the client stamps the blank line closing each SSE message too, so a
 # token's gap is split in two and 2 x the ITL mean is the mean time per output token, printed beside
-# kvplan's TPOT mean: the engine's decode pace, not a target), and each scheduler as the report
-# configures it, in kvplan's words.
+# kvplan's TPOT mean: the engine's decode pace, not a target) and ITL p90s (s; printed: with half the
+# gaps ~0, a p90 far above the time per token means tokens reach the client in bursts), and each
+# scheduler as the report configures it, in kvplan's words.
 SOURCES = {
     # See the module docstring.
     "X-37": {
@@ -115,9 +142,13 @@ SOURCES = {
         "mean": {"precise": {3: 0.144, 4: 0.182, 5: 0.188, 6: 0.195, 8: 0.199, 10: 0.202, 12: 0.202,
                              15: 0.210, 20: 0.201},
                  "default": {3: 0.207, 4: 0.236, 5: 0.307, 6: 0.254, 8: 0.399, 10: 0.466, 12: 0.420, 15: 1.294,
-                             20: 7.609}},
+                             20: 7.609},
+                 "random": {3: 0.852, 4: 9.475, 5: 15.998, 6: 30.389, 8: 39.117, 10: 41.480, 12: 53.513, 15: 61.425,
+                            20: 94.952}},
         "itl_mean": {"precise": {3: 0.013, 4: 0.014, 5: 0.015, 6: 0.016, 8: 0.018, 10: 0.020, 12: 0.021, 15: 0.024,
                                  20: 0.029}},
+        "itl_p90": {"precise": {3: 0.087, 4: 0.078, 5: 0.079, 6: 0.081, 8: 0.084, 10: 0.088, 12: 0.085, 15: 0.079,
+                                20: 0.100}},
         "routers": {
             "random": "{policy: random, gateway_s: GATEWAY}",
             "load": "{policy: llm_d, prefix_weight: 0}",
@@ -160,10 +191,16 @@ SOURCES = {
                              35: 0.275, 40: 0.269, 43: 0.281, 46: 0.293, 49: 0.311, 52: 0.288, 55: 0.308,
                              57: 0.319, 60: 0.283},
                  "default": {3: 0.300, 10: 0.271, 15: 0.232, 20: 0.329, 22: 0.407, 25: 0.370, 30: 0.373,
-                             35: 2.780}},
+                             35: 2.780},
+                 "random": {3: 0.622, 10: 0.826, 15: 1.278, 20: 25.073, 22: 28.185, 25: 30.689, 30: 32.212,
+                            35: 34.043, 40: 54.196, 43: 53.247, 46: 53.572, 49: 56.130, 52: 56.035, 55: 54.844,
+                            57: 56.803, 60: 57.426}},
         "itl_mean": {"precise": {3: 0.011, 10: 0.013, 15: 0.015, 20: 0.021, 22: 0.020, 25: 0.021, 30: 0.021,
                                  35: 0.021, 40: 0.027, 43: 0.028, 46: 0.028, 49: 0.029, 52: 0.029, 55: 0.029,
                                  57: 0.029, 60: 0.029}},
+        "itl_p90": {"precise": {3: 0.022, 10: 0.028, 15: 0.032, 20: 0.048, 22: 0.049, 25: 0.050, 30: 0.049,
+                                35: 0.048, 40: 0.095, 43: 0.091, 46: 0.086, 49: 0.062, 52: 0.062, 55: 0.061,
+                                57: 0.061, 60: 0.061}},
         "routers": {
             "random": "{policy: random, gateway_s: GATEWAY}",
             "load": "{policy: llm_d, prefix_weight: 0}",
@@ -330,6 +367,8 @@ def main() -> None:
                               if rate in again_mean else "")
                     itl = src.get("itl_mean", {}).get(name, {})
                     means += f"; TPOT {2 * itl[rate]:.3f} vs {tpot:.3f}" if rate in itl else ""
+                    itl90 = src.get("itl_p90", {}).get(name, {})
+                    means += f", ITL p90 {itl90[rate]:.3f}" if rate in itl90 else ""
                     cells.append(f"{rate:>2}/s {measured[rate]:8.3g} {sim:8.3g} [{p90[0]:.3g}-{p90[-1]:.3g}] "
                                  f"({got:.2f}){again}{means}")
                 ok = worst <= TARGET[name]

@@ -5,7 +5,9 @@ read off it) and predicts each speedup (decode throughput or TPOT with speculati
 engine without) with kvplan/model/speculative.py on top of kvplan/model/step_time.py: a decode
 step of `batch` requests at `context` tokens, verify + draft against the plain step. Acceptance:
 the source's mean acceptance length when it states one (a geometric rate r with r + ... + r^k =
-al - 1, as the defaults are made), else the method's default (DEFAULT_RATE).
+al - 1), else the method's default (kvplan/model/speculative.py, default_acceptance). Every row is
+checked before it is predicted (check_row: its keys and values, a model kvplan resolves offline,
+MTP only on a model with MTP layers; load_rows: no setting twice under one source).
 
 Held out by source: the sources sorted by the SHA-256 of their URL, every third one (positions
 0, 3, 6, ...) held out. One constant of the speculative model, LOOP_PASS_HOST_S (the proposer's
@@ -39,8 +41,85 @@ import kvplan.model.speculative as speculative  # noqa: E402
 from kvplan.model.step import step_of  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "speculative_measurements.yaml"
+REQUIRED = ("source", "engine", "model", "gpu", "tp", "method", "k", "batch", "context", "speedup")
+OPTIONAL = ("al", "ratio_to_batch")
+ENGINES = ("vllm", "sglang")
 FIT_SOURCES = frozenset({"https://github.com/vllm-project/vllm/issues/20780"})  # DRAFT_PASS_HOST_S
 REGIMES = (("batch 1", 1, 1), ("batch 2-16", 2, 16), ("batch 17-64", 17, 64), ("batch > 64", 65, 1 << 30))
+
+
+def check_row(row, where: str = "row") -> None:
+    """A corpus row as the file's header describes it, or a ValueError naming the row and field: the
+    keys (REQUIRED, OPTIONAL, no others), an https source, an engine kvplan predicts, a model kvplan
+    resolves offline (the bundled catalog or one of its aliases; MTP only on a model with MTP
+    layers), a GPU of the catalog, positive integers for tp, k (<= MAX_SPECULATIVE_TOKENS), batch,
+    context and ratio_to_batch (another batch than the row's), a speedup from 0.1 to 10, and a mean
+    acceptance length from 1 to k + 1 (the bonus token and k drafts at most)."""
+    from kvplan.errors import KvplanError
+    from kvplan.model.gpus import get_gpu
+    from kvplan.model.resolve import catalog_alias, catalog_ids, load_spec
+
+    def bad(field, expected, value):
+        raise ValueError(f"{where}: {field}: expected {expected}, got {value!r}")
+
+    def positive_int(field, limit=1 << 31):
+        value = row[field]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            bad(field, f"an integer from 1 to {limit}", value)
+
+    def number(field, lo, hi):
+        value = row[field]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+            bad(field, f"a number from {lo} to {hi}", value)
+
+    if not isinstance(row, dict):
+        bad("row", "a mapping of the header's keys", row)
+    for key in REQUIRED:
+        if key not in row:
+            bad(key, "the key (every row has " + ", ".join(REQUIRED) + ")", None)
+    for key in row:
+        if key not in REQUIRED + OPTIONAL:
+            bad(key, "no other keys than " + ", ".join(REQUIRED + OPTIONAL), key)
+    if not isinstance(row["source"], str) or not row["source"].startswith("https://"):
+        bad("source", "the https URL the numbers were read off", row["source"])
+    if row["engine"] not in ENGINES:
+        bad("engine", " or ".join(ENGINES), row["engine"])
+    if row["method"] not in speculative.METHODS:
+        bad("method", "one of " + ", ".join(speculative.METHODS), row["method"])
+    for field in ("tp", "batch", "context"):
+        positive_int(field)
+    positive_int("k", speculative.MAX_SPECULATIVE_TOKENS)
+    number("speedup", 0.1, 10.0)
+    if "al" in row:
+        number("al", 1.0, 1.0 + row["k"])
+    if "ratio_to_batch" in row:
+        positive_int("ratio_to_batch")
+        if row["ratio_to_batch"] == row["batch"]:
+            bad("ratio_to_batch", "another batch than the row's", row["ratio_to_batch"])
+    model = row["model"]
+    if not isinstance(model, str) or (model not in catalog_ids() and catalog_alias(model) is None):
+        bad("model", "a model of kvplan's catalog (models/), which resolves offline", model)
+    try:
+        get_gpu(row["gpu"])
+    except KvplanError:
+        bad("gpu", "a GPU of kvplan's catalog", row["gpu"])
+    if row["method"] == "mtp" and not speculative.mtp_layers(load_spec(model)):
+        bad("method", "a method the model has (mtp needs num_nextn_predict_layers)", "mtp")
+
+
+def load_rows(path: Path = CORPUS) -> list[dict]:
+    """The corpus's rows, each checked (check_row), and no setting twice under one source."""
+    rows = yaml.safe_load(Path(path).read_text())["rows"]
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{path}: rows: expected a list of rows, got {rows!r}")
+    seen = set()
+    for i, row in enumerate(rows):
+        check_row(row, f"{path}: row {i + 1}")
+        key = tuple(row.get(k) for k in REQUIRED[:-1] + ("ratio_to_batch",))
+        if key in seen:
+            raise ValueError(f"{path}: row {i + 1}: source: expected one row a setting, got this setting twice")
+        seen.add(key)
+    return rows
 
 
 def geometric_rates(al: float, k: int) -> list[float]:
@@ -134,7 +213,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--fit", action="store_true", help="print the search for DRAFT_PASS_HOST_S")
     args = parser.parse_args(argv)
-    rows = yaml.safe_load(CORPUS.read_text())["rows"]
+    rows = load_rows()
     held = held_out_sources(rows)
     assert not held & FIT_SOURCES, "a source a constant is read off cannot be held out"
     if args.fit:

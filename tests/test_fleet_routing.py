@@ -123,6 +123,28 @@ def test_llm_d_scores_by_hand():
         assert router.assign(_chunk(ids, prompt)).tolist() == [want], score
 
 
+def test_precise_min_max_scales_only_the_holders_by_hand():
+    """llm-d's precise scorer before May 2026 min-max scales the pods that hold the prompt's first
+    block among themselves, every other pod 0 (its index scores only those pods). Three replicas
+    hold 20, 18 and 0 of the prompt's 20 blocks, queues all empty (queue score 1 each), KV in use
+    0.5, 0.1 and 0.9. Over the holders: prefix [1, 0, 0], so 2 x 1 + 0.5 + 1 = 3.5, 0 + 0.9 + 1 =
+    1.9 and 0 + 0.1 + 1 = 1.1: replica 0, whose cache holds the whole prompt. Scaled over every
+    replica instead, replica 1's 18 blocks would score 0.9: 1.8 + 0.9 + 1 = 3.7, replica 1. With
+    a single holder it scores 1 and the others 0, as before; with none, all score alike."""
+    from kvplan.fleet.routers import _min_max_of_holders, make_router
+    from kvplan.workload.routing import RouterSpec
+
+    reps = [_replica(used=500, cached=20), _replica(used=100, cached=18), _replica(used=900, cached=0)]
+    router = make_router(RouterSpec("llm_d", index="precise", prefix_score="min_max"), reps, 0)
+    router.sync()
+    assert router.assign(_chunk(list(range(20)), 320)).tolist() == [0]
+    assert _min_max_of_holders([20, 18, 0]) == [1.0, 0.0, 0.0]
+    assert _min_max_of_holders([0, 7, 0]) == [0.0, 1.0, 0.0]
+    assert _min_max_of_holders([5, 5, 0]) == [1.0, 1.0, 0.0]
+    assert _min_max_of_holders([0, 0, 0]) == [0.0, 0.0, 0.0]
+    assert _min_max_of_holders([10, 15, 20]) == [0.0, 0.5, 1.0]
+
+
 def test_sglang_routes_by_match_then_by_load_by_hand():
     """SGLang's cache-aware rule: a prompt sent once goes back to its replica while the match
     covers more than cache_threshold of it; a prompt matching too little, or loads imbalanced by

@@ -58,7 +58,10 @@ def test_every_table_is_a_stage_and_a_scheduler_of_its_source():
     for name, src in bench.SOURCES.items():
         rates = {rate for rate, _ in src["stages"][1:]}  # the warm-up has no table
         assert set(src["measured"]) == set(src["routers"])
-        for table in (*src["measured"].values(), *src.get("mean", {}).values(), *src.get("itl_mean", {}).values()):
+        extra = {key: src.get(key, {}) for key in ("mean", "itl_mean", "itl_p90")}
+        for key, tables in extra.items():
+            assert set(tables) <= set(src["routers"]), (name, key)  # each a scheduler of the report
+        for table in (*src["measured"].values(), *(t for tables in extra.values() for t in tables.values())):
             assert set(table) <= rates, name
     for (name, router), table in {**bench.REPEAT, **bench.REPEAT_MEAN}.items():
         assert router in bench.SOURCES[name]["routers"]

@@ -37,6 +37,10 @@ def plan(
     prefix_caching: Annotated[str, typer.Option("--prefix-caching", help="Automatic prefix caching (SGLang: its radix cache): on, off, or on,off to compare.")] = "on",
     engine: Annotated[str, typer.Option("--engine", help="Serving engines to consider: vllm, sglang, or vllm,sglang to compare (SGLang's scheduler on the pool SGLang starts with, its default mem_fraction_static).")] = "vllm",
     quantization: Annotated[str, typer.Option(help="Weights to consider: none (the checkpoint's), fp8, awq, gptq-int4, gptq-int8 (the re-uploads quantized so).")] = "none",
+    dp: Annotated[str, typer.Option("--dp", help="Data-parallel sizes to consider (vLLM's --data-parallel-size, MoE models): 1,2,4,8. A replica is then dp engines of --tp GPUs each, stepping in lockstep, across nodes where tp x dp exceeds one (their all-to-all over --network-gbps).")] = "1",
+    expert_parallel: Annotated[str, typer.Option("--expert-parallel", help="vLLM's --enable-expert-parallel (MoE models): on, off, or on,off to compare.")] = "off",
+    network_gbps: Annotated[Optional[float], typer.Option("--network-gbps", help="With --dp or --expert-parallel: each GPU's network in Gb/s, for the all-to-all beyond a node (default: the GPU's).")] = None,
+    all2all_backend: Annotated[Optional[str], typer.Option("--all2all-backend", help="With --dp or --expert-parallel: vLLM's all-to-all of the MoE layers: allgather_reducescatter (vLLM's default), deepep_high_throughput, deepep_low_latency.")] = None,
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs in one node: no TP degree above it (one replica stays in a node).")] = 8,
     price: Annotated[Optional[list[str]], typer.Option(help="Override a price: GPU=USD per GPU-hour, any instance shape (repeatable).")] = None,
     prices: Annotated[Optional[Path], typer.Option(help="A price file replacing the shipped table (same JSON shape).")] = None,
@@ -79,7 +83,8 @@ def plan(
     lengths = _lengths(rate, prompt, output, count)
     targets = _targets(ttft_p99, tpot_p99, e2e_p99, goodput)
     engines = _engines(engine, block_size)
-    routers, transfer = _fleet(_router(router, engines), disaggregate, check_top)
+    parallel = _parallel(model, dp, expert_parallel, network_gbps, engines, all2all_backend)
+    routers, transfer = _fleet(_router(router, engines, parallel != ([1], [False])), disaggregate, check_top)
     for name, target in (("--csv", csv), ("--plot", plot), ("--html", html)):
         if target is not None:
             check_writable(target, name)
@@ -88,13 +93,21 @@ def plan(
     distinct_outputs({"--csv": csv, "--plot": plot, "--html": html})
     book = load_prices(prices, price, parse_tiers(price_tier))
     configs = _configs(model, _gpus(gpu, book), gpus_per_node, tp, quantization, kv_dtype, max_num_seqs,
-                       max_num_batched_tokens, block_size, prefix_caching, engines)
+                       max_num_batched_tokens, block_size, prefix_caching, engines, *parallel)
     n = workers if workers is not None else cpus_available()
     if not 1 <= n <= 1024:
         raise UsageError(f"expected 1 to 1,024 workers, got {n}", field="--workers")
     traffic = _traffic(rate, *lengths, count, workload, timing_profile)
+    if network_gbps is not None or all2all_backend is not None:
+        from dataclasses import replace
+
+        traffic = replace(traffic, network_gbps=network_gbps, all2all_backend=all2all_backend)
     if speculative is not None or num_speculative_tokens is not None or acceptance is not None:
         from dataclasses import replace
+
+        if parallel != ([1], [False]):
+            raise UsageError("speculative decoding with data or expert parallelism is not simulated; drop --dp "
+                             "and --expert-parallel, or --speculative", field="--speculative")
 
         if "sglang" in engines:
             raise UsageError("is modelled on vLLM's scheduler only; SGLang's engine runs without speculative "
@@ -200,11 +213,15 @@ def _engines(text: str, block_size: str) -> list[str]:
     return engines
 
 
-def _router(router: str | None, engines: list[str]) -> str:
+def _router(router: str | None, engines: list[str], parallel: bool = False) -> str:
     """The fleet check's routers: round_robin by default, none by default with SGLang (the fleet's
-    replicas run vLLM's engine: kvplan/fleet/run.py), refused in one line when asked for with it."""
+    replicas run vLLM's engine: kvplan/fleet/run.py) or with DP/EP configurations (the fleet's
+    replicas are single engines), refused in one line when asked for with them."""
     if router is None:
-        return "none" if "sglang" in engines else "round_robin"
+        return "none" if "sglang" in engines or parallel else "round_robin"
+    if parallel and router.strip().lower() != "none":
+        raise UsageError("checks the replicas on a fleet of single engines; a replica of DP ranks in lockstep is "
+                         "not run there: with --dp or --expert-parallel give --router none", field="--router")
     if "sglang" in engines and router.strip().lower() != "none":
         raise UsageError("checks the replicas on a fleet, whose replicas run vLLM's engine only; with --engine "
                          "sglang give --router none", field="--router")
@@ -213,7 +230,7 @@ def _router(router: str | None, engines: list[str]) -> str:
 
 def _configs(model: str, gpus: list[str], gpus_per_node: int, tp: str, quantization: str, kv_dtype: str,
              max_num_seqs, max_num_batched_tokens, block_size: str, prefix_caching: str,
-             engines: list[str] = ("vllm",)) -> tuple:
+             engines: list[str] = ("vllm",), dps: list[int] = (1,), eps: list[bool] = (False,)) -> tuple:
     """Every configuration of the search space the flags span."""
     from kvplan.model.dtypes import KV_DTYPE_CHOICES
     from kvplan.plan.space import Config
@@ -234,9 +251,51 @@ def _configs(model: str, gpus: list[str], gpus_per_node: int, tp: str, quantizat
                if max_num_batched_tokens else [None])
     blocks = [_int(b, "--block-size", 1, 4096) for b in block_size.split(",")]
     caching = [_switch(c) for c in prefix_caching.split(",")]
-    return tuple(Config(g, t, d, s, b, c, q, m, e) for g in gpus for t in tps for q in quants for d in dtypes
-                 for e in engines for b in (blocks if e == "vllm" else [16]) for c in caching for m in batched
-                 for s in seqs)
+    return tuple(Config(g, t, d, s, b, c, q, m, e, n, x) for g in gpus for t in tps for n in dps for x in eps
+                 if not (x and t * n == 1)  # EP over one GPU is no EP
+                 for q in quants for d in dtypes for e in engines for b in (blocks if e == "vllm" else [16])
+                 for c in caching for m in batched for s in seqs)
+
+
+def _parallel(model: str, dp: str, expert_parallel: str, network_gbps, engines: list[str], backend=None):
+    """The DP sizes and EP settings searched ([1], [False] without the flags), refused in one line
+    where the lockstep run (kvplan/sim/data_parallel.py) does not apply."""
+    from kvplan.model.parallel import MAX_DEGREE
+
+    dps = list(dict.fromkeys(_int(d, "--dp", 1, MAX_DEGREE) for d in dp.split(",")))
+    eps = []
+    for word in expert_parallel.split(","):
+        w = word.strip().lower()
+        if w not in ("on", "off"):
+            raise UsageError(f"expected on, off or on,off, got {expert_parallel!r}", field="--expert-parallel")
+        eps.append(w == "on")
+    eps = list(dict.fromkeys(eps))
+    if network_gbps is not None and not _finite(network_gbps, 1, 10_000):
+        raise UsageError(f"expected Gb/s per GPU from 1 to 10,000, got {network_gbps}", field="--network-gbps")
+    from kvplan.model.parallel_step import ALL2ALL_BACKENDS
+
+    if backend is not None and backend not in ALL2ALL_BACKENDS:
+        raise UsageError(f"expected one of {', '.join(ALL2ALL_BACKENDS)}, got {backend!r}", field="--all2all-backend")
+    if (dps, eps) == ([1], [False]):
+        for flag, value in (("--network-gbps", network_gbps), ("--all2all-backend", backend)):
+            if value is not None:
+                raise UsageError("applies with --dp or --expert-parallel", field=flag)
+        return dps, eps
+    if "sglang" in engines:
+        raise UsageError("is vLLM's parallelism; give --engine vllm with it",
+                         field="--dp" if dps != [1] else "--expert-parallel")
+    from kvplan.errors import KvplanError
+    from kvplan.model.resolve import load_spec
+    from kvplan.model.weights import moe_shape
+
+    try:
+        experts, _ = moe_shape(load_spec(model))
+    except KvplanError:
+        experts = 1  # a model kvplan cannot read is refused where it is resolved, as without these flags
+    if not experts:
+        raise UsageError(f"{model} has no routed experts: its DP ranks would be independent engines, which the "
+                         "plan's replicas already are", field="--dp" if dps != [1] else "--expert-parallel")
+    return dps, eps
 
 
 def _traffic(rate, p: int, o: int, count, workload, timing_profile):

@@ -192,11 +192,28 @@ def _hash_capacity(replica, size: int) -> int:
 
 def _min_max(values: list, *, lower_is_better: bool = False) -> list[float]:
     """Each value scaled to [0, 1] over the replicas, the best 1 (all 1 when they are equal), as
-    llm-d's queue scorer and its precise prefix scorer before May 2026 normalise."""
+    llm-d's queue scorer normalises."""
     low, high = min(values), max(values)
     if high == low:
         return [1.0] * len(values)
     return [((high - v) if lower_is_better else (v - low)) / (high - low) for v in values]
+
+
+def _min_max_of_holders(hits: list[int]) -> list[float]:
+    """The precise prefix scorer's normalisation before May 2026: the index scores only the pods
+    that hold the prompt's first block (llm-d-kv-cache-manager, pkg/kvcache/kvblock_scorer.go,
+    LongestPrefixScorer: the pods of the first key, then their intersection key by key), and the
+    scorer scales those to [0, 1] by their own min and max (1 when they hold alike), every other
+    pod 0 (llm-d-inference-scheduler, pkg/plugins/scorer/utils.go, indexedScoresToNormalizedScoredPods
+    at 5176573e, 2025-10-23). So a pod holding less of the prompt than another holder scores as a
+    pod holding none: [20, 18, 0] blocks score [1, 0, 0], not [1, 0.9, 0]."""
+    held = [h for h in hits if h > 0]
+    if not held:
+        return [0.0] * len(hits)
+    low, high = min(held), max(held)
+    if high == low:
+        return [1.0 if h > 0 else 0.0 for h in hits]
+    return [(h - low) / (high - low) if h > 0 else 0.0 for h in hits]
 
 
 def _pick(values: list, target, draw: float) -> int:
@@ -249,7 +266,8 @@ class LlmD(Router):
       blocks this replica holds by the scheduler's own LRU of what it sent (its matchLongestPrefix:
       blocks counted while any replica holds one) / the blocks looked at; `index: precise`: the
       leading blocks the replica's cache holds now (vLLM's KV events), / the prompt's blocks
-      (`prefix_score: ratio`) or min-max normalised over the replicas (`min_max`).
+      (`prefix_score: ratio`) or min-max normalised over the replicas that hold its first block,
+      the others 0 (`min_max`, _min_max_of_holders).
     The highest weighted sum wins; ties to a seeded random one of them."""
 
     looks = True
@@ -279,7 +297,7 @@ class LlmD(Router):
             return [c / len(keys) for c in self.index.greedy_matches(keys, n)], keys
         total = prompt // size
         hits = [min(r.cached_hash_blocks(ids[:total]), total) for r in self.replicas]
-        return ([h / total for h in hits] if spec.prefix_score == "ratio" else _min_max(hits)), []
+        return ([h / total for h in hits] if spec.prefix_score == "ratio" else _min_max_of_holders(hits)), []
 
     def assign(self, chunk) -> np.ndarray:
         spec, n = self.spec, self.n

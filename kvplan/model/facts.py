@@ -21,6 +21,7 @@ class ModelFacts:
     step_model: Any = None  # kvplan.model.step_time.StepModel, with a GPU
     spec: Any = None  # kvplan.model.spec.ModelSpec, when resolved from a config
     weights: Any = None  # kvplan.model.weights.WeightEstimate, with it
+    shape_extra: Any = None  # more of vLLM's start-up shape (a DP run's process groups: parallel_size.py)
 
     def startup(self, *, max_model_len: int, gpu_memory_utilization: float | None = None,
                 max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
@@ -39,7 +40,7 @@ class ModelFacts:
         return size_model(self.layout, tokens=max_model_len, weight_bytes=self.weights.bytes,
                           weight_bytes_per_gpu=self.weight_bytes, params=self.params, gpu=self.gpu,
                           gpu_memory_utilization=gpu_memory_utilization, engine="vllm", engine_options=options,
-                          engine_shape=engine_shape(self.spec))
+                          engine_shape={**engine_shape(self.spec), **(self.shape_extra or {})})
 
 
 def model_facts(model: str, kv_dtype: str = "auto", tp: int = 1, gpu_name: str | None = None) -> ModelFacts:

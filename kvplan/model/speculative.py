@@ -52,8 +52,10 @@ drafts come out a few % high); the n-gram matcher's host time; a draft TP other 
 Acceptance per position (vLLM's spec-decode metrics, vllm/v1/spec_decode/metrics.py: "acceptance
 rate per position" = accepted at position i / drafts): the probability that a step accepts at
 least i + 1 drafts, so it never rises with i; the mean accepted drafts of a step are their sum.
-Defaults (DEFAULT_ACCEPTANCE) are geometric, a conditional rate r per position, each r read off a
-cited measurement; a user's list replaces them.
+Defaults (default_acceptance): EAGLE's and EAGLE-3's are geometric, a conditional rate r per
+position (DEFAULT_RATE), each r read off a cited measurement; n-gram's and MTP's are measured lists
+per position (MEASURED_ACCEPTANCE: vLLM reruns MTP's one layer for every draft, which accepts far
+less past the first); a user's list replaces them.
 """
 
 from __future__ import annotations
@@ -75,9 +77,9 @@ DEFAULT_RATE = {
     # EAGLE-1, Llama-3-8B-Instruct, MT-bench, vLLM V1, k = 2: acceptance length 1.89
     # (vllm-project/vllm#16035, comment of 2025-04-09): r + r^2 = 0.89 gives r = 0.567
     "eagle": 0.567,
-    # DeepSeek-V3's MTP: "the acceptance rate of the second token prediction ranges between 85%
-    # and 90%" (DeepSeek-V3 Technical Report, arXiv:2412.19437, section 5.4.3): r = 0.875
-    "mtp": 0.875,
+    # MTP: its rates per position are a measured list (MTP_ACCEPTANCE below), not r^(i+1): past the
+    # first position vLLM reruns the same MTP layer, which accepts far less there
+    "mtp": 0.92,
     # n-gram (prompt lookup): its rates per position are the source's own (NGRAM_ACCEPTANCE below);
     # past them each further position keeps the last ratio of two (0.66 / 0.68)
     "ngram": 0.81,
@@ -88,6 +90,24 @@ DEFAULT_RATE = {
 # are: 3.59 tokens accepted a step at k = 5. The rate depends on how much the output repeats the
 # prompt, chat sets far less: set --acceptance
 NGRAM_ACCEPTANCE = (0.81, 0.74, 0.70, 0.68, 0.66)
+# MTP drafts with the model's own num_nextn_predict_layers, one layer per draft position, cycling
+# (vllm/model_executor/models/deepseek_mtp.py, DeepSeekMultiTokenPredictor.forward: layer
+# spec_step_idx % num_mtp_layers); the models here have one (DeepSeek-V3/R1, GLM-4.5/4.6), so
+# positions 2.. rerun a layer trained to predict the token after the target's own hidden state, fed
+# its own hidden state instead, and vLLM warns that k > 1 "will run multiple times of forward on
+# same MTP layer, which may result in lower acceptance rate" (vllm/config/speculative.py,
+# SpeculativeConfig.__post_init__). The first position accepts about what DeepSeek-V3's report
+# gives ("the acceptance rate of the second token prediction ranges between 85% and 90%",
+# arXiv:2412.19437, section 5.4.3), the later ones much less than a geometric r^(i+1) would: vLLM v0.10.1, GLM-4.5-Air (one MTP layer), k = 3, GPQA-Main,
+# acceptance per position 0.92, 0.68, 0.38 (SpecDecode-Bench, arXiv:2601.11580, project page
+# "Reasoning Workloads"), taken as they are, a fourth position on at the last ratio of two (0.38 /
+# 0.68). A geometric 0.875 would give 0.875, 0.766, 0.670 (2.31 accepted at k = 3, where this list
+# gives 1.98); sgl-project/sglang#10281 measures 1.69 for DeepSeek-R1 at k = 3 on random prompts,
+# and a Gemma-4 MTP run in vLLM prints 0.844, 0.599, 0.385, 0.271 at k = 4 (eugr/spark-vllm-docker
+# #343): the same fall. A model with several MTP layers drafts its first positions with trained
+# layers and would accept more there (not modelled: set --acceptance).
+MTP_ACCEPTANCE = (0.92, 0.68, 0.38)
+MEASURED_ACCEPTANCE = {"ngram": NGRAM_ACCEPTANCE, "mtp": MTP_ACCEPTANCE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,11 +141,12 @@ class Speculative:
 
 
 def default_acceptance(method: str, k: int) -> tuple[float, ...]:
-    """The method's published rates for k positions: r^(i + 1) from its DEFAULT_RATE, or n-gram's
-    measured list (NGRAM_ACCEPTANCE), extended at its last ratio of two."""
-    if method == "ngram":
-        rates = list(NGRAM_ACCEPTANCE[:k])
-        step = NGRAM_ACCEPTANCE[-1] / NGRAM_ACCEPTANCE[-2]
+    """The method's published rates for k positions: r^(i + 1) from its DEFAULT_RATE, or the
+    measured list of n-gram and MTP (MEASURED_ACCEPTANCE), extended at its last ratio of two."""
+    measured = MEASURED_ACCEPTANCE.get(method)
+    if measured is not None:
+        rates = list(measured[:k])
+        step = measured[-1] / measured[-2]
         while len(rates) < k:
             rates.append(rates[-1] * step)
         return tuple(round(x, 6) for x in rates)

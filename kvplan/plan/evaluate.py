@@ -20,16 +20,17 @@ MAX_EXTRA = 8  # at most this many replicas (or grid steps of load) added for th
 
 def priced(e: Evaluation, traffic: Traffic, book, replicas: int, load: float) -> Evaluation:
     """`e` with `replicas` at `load` each, rented from `book` (no rental: not feasible, the reason)."""
-    rental = book.rent(e.config.gpu, e.config.tp, replicas)
+    rental = e.config.rent(book, replicas)
     served = traffic.rate if traffic.rate is not None else replicas * load
     if rental is None:
-        return replace(e, replicas=replicas, gpus=replicas * e.config.tp, load_per_replica=load, served=served,
-                       cost_per_hour=None, reason=book.no_rental_reason(e.config.gpu, e.config.tp), left_out="price")
+        return replace(e, replicas=replicas, gpus=replicas * e.config.gpus_per_replica, load_per_replica=load,
+                       served=served, cost_per_hour=None,
+                       reason=book.no_rental_reason(e.config.gpu, e.config.rent_unit[0]), left_out="price")
     per_hour = served * 3600
     both = (traffic.prompt + traffic.output) * per_hour
     out = traffic.output * per_hour
-    return replace(e, replicas=replicas, gpus=replicas * e.config.tp, load_per_replica=load, served=served,
-                   usd_per_gpu_hour=rental.offer.usd_per_gpu_hour, cost_per_hour=rental.usd_per_hour,
+    return replace(e, replicas=replicas, gpus=replicas * e.config.gpus_per_replica, load_per_replica=load,
+                   served=served, usd_per_gpu_hour=rental.offer.usd_per_gpu_hour, cost_per_hour=rental.usd_per_hour,
                    usd_per_million_tokens=rental.usd_per_hour / both * 1e6 if both > 0 else None,
                    usd_per_million_output_tokens=rental.usd_per_hour / out * 1e6 if out > 0 else None,
                    rental=rental.to_dict())
@@ -38,22 +39,23 @@ def priced(e: Evaluation, traffic: Traffic, book, replicas: int, load: float) ->
 def filled_replicas(book, config: Config, replicas: int) -> int:
     """`replicas`, or more where the instances that rent them hold more: a node paid for whole
     serves with all of its GPUs (the cost is the same, the load on each replica lower)."""
-    rental = book.rent(config.gpu, config.tp, replicas)
+    rental = config.rent(book, replicas)
     if rental is None:
         return replicas
-    return max(replicas, rental.instances * (rental.instance_gpus // config.tp))
+    unit, per = config.rent_unit
+    return max(replicas, rental.instances * (rental.instance_gpus // unit) // per)
 
 
 def most_replicas(config: Config, book, rules: Rules) -> int:
     """The most replicas of `config` within the GPU count and the budget (0: not one)."""
     top = 1 << 20
     if rules.gpus is not None:
-        top = min(top, rules.gpus // config.tp)
+        top = min(top, rules.gpus // config.gpus_per_replica)
     if rules.budget is not None:
         lo, hi = 0, top
         while lo < hi:  # rentals only grow with replicas
             mid = (lo + hi + 1) // 2
-            r = book.rent(config.gpu, config.tp, mid)
+            r = config.rent(book, mid)
             lo, hi = (mid, hi) if r is not None and r.usd_per_hour <= rules.budget * (1 + 1e-12) else (lo, mid - 1)
         top = lo
     return top
@@ -92,6 +94,8 @@ def _bounded(sample: Sample, setup, traffic: Traffic, targets: Targets, config: 
     from kvplan.plan.bounds import bounds, miss_reason
 
     b = bounds(setup, sample.prompts, sample.outputs, setup.prefix_caching and traffic.workload is not None)
+    if config.dp > 1:  # one rank's clock (its MoE share left out: lower floors, a higher ceiling), dp of them
+        b = replace(b, rate=b.rate * config.dp)
     why = miss_reason(b, targets)
     known = dict(bound_ttft=b.ttft_s, bound_rate=b.rate)
     if why is not None:
@@ -104,14 +108,15 @@ def _bounded(sample: Sample, setup, traffic: Traffic, targets: Targets, config: 
             return Evaluation(config, True, reason=f"needs at least {least} replicas for {traffic.rate:g} "
                               f"requests/s (at most {b.rate:.3g} requests/s each, less {rules.headroom:.0%} headroom), "
                               f"more than the limit allows ({most})", left_out="limit", **known)
-        rental = book.rent(config.gpu, config.tp, least)
+        rental = config.rent(book, least)
         if rental is None:
-            return Evaluation(config, True, reason=book.no_rental_reason(config.gpu, config.tp), left_out="price", **known)
+            return Evaluation(config, True, reason=book.no_rental_reason(config.gpu, config.rent_unit[0]),
+                              left_out="price", **known)
         return Evaluation(config, True, reason=None, bound_cost=rental.usd_per_hour, **known)
     most = most_replicas(config, book, rules)
     if most < 1:
         return Evaluation(config, True, reason="not one replica within the limit", left_out="limit", **known)
-    rental = book.rent(config.gpu, config.tp, most)
+    rental = config.rent(book, most)
     return Evaluation(config, True, reason=None, bound_cost=rental.usd_per_hour if rental else None,
                       bound_served=most * usable, **known)
 
@@ -242,7 +247,7 @@ class Replica:
                         counts.append(filled)
                 trials = [(m, traffic.rate / m) for m in counts]
         if found and objective == "cost":
-            rental = book.rent(self.config.gpu, self.config.tp, trials[0][0])
+            rental = self.config.rent(book, trials[0][0])
             if rental is not None:
                 by = beaten(replace(e, bound_cost=rental.usd_per_hour), found, objective, rules.frontier_span)
                 if by is not None:

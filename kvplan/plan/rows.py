@@ -144,6 +144,8 @@ class Evaluation:
         """`engine`: keep the config's engine (a plan that searched vLLM alone leaves it out)."""
         d = asdict(self)
         d["config"] = {**asdict(self.config), "label": self.config.label}
+        if not self.config.parallel:  # a plan without DP or EP: its rows as before
+            del d["config"]["dp"], d["config"]["expert_parallel"]
         if not engine:
             del d["config"]["engine"]
         d["seeds"] = list(self.seeds)

@@ -53,7 +53,8 @@ def plan_document(request: PlanRequest, progress: Callable[[int, int], None] | N
     gpus = list(dict.fromkeys(c.gpu for c in r.configs))
     engines = list(dict.fromkeys(c.engine for c in r.configs))
     compared = engines != ["vllm"]  # a plan of vLLM alone: its document as before, without engine keys
-    traffic = {k: v for k, v in asdict(r.traffic).items() if k != "speculative" or v is not None}
+    optional = ("speculative", "network_gbps", "all2all_backend")  # keys a plan without them leaves out
+    traffic = {k: v for k, v in asdict(r.traffic).items() if k not in optional or v is not None}
     doc = {"model": r.model, "traffic": traffic,
            "targets": {**asdict(r.targets), "unconstrained": r.targets.unconstrained},
            "rules": {**asdict(r.rules), "objective": objective, "price_tiers": list(r.book.tiers),

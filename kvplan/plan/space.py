@@ -32,6 +32,8 @@ class Traffic:
     timing_profile: str | None = None  # a kvplan calibrate profile's path (absolute), else the shipped constants
     seed: int | None = None  # the sample the search decides on (None: seed 0, or the workload file's own)
     speculative: "SpeculativeSpec | None" = None  # speculative decoding on every replica (--speculative)
+    network_gbps: float | None = None  # with DP/EP configurations: each GPU's network, Gb/s (None: the GPU's)
+    all2all_backend: str | None = None  # with DP/EP configurations: vLLM's --all2all-backend (None: its default)
 
 
 WEIGHT_QUANTIZATIONS = ("none", "fp8", "awq", "gptq-int4", "gptq-int8")  # kvplan/model/resolve.QUANT_SUFFIXES
@@ -52,6 +54,27 @@ class Config:
     #   default mem_fraction_static for the GPU and TP); max_num_seqs and max_num_batched_tokens are then
     #   its max_running_requests and chunked_prefill_size (None: SGLang's own), prefix_caching its radix
     #   cache, block_size unused (pages of one token)
+    dp: int = 1  # vLLM's --data-parallel-size: a replica is dp engines of tp GPUs each, in lockstep (MoE)
+    expert_parallel: bool = False  # vLLM's --enable-expert-parallel: whole experts on each of tp x dp GPUs
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def rent_unit(self) -> tuple[int, int]:
+        """(GPUs that must share an instance, such units per replica): a replica of tp x dp GPUs in
+        one instance up to a node (NODE_GPUS: its all-to-all then stays on NVLink, as
+        kvplan/model/parallel_step.py prices it), else whole nodes (the all-to-all over the network)."""
+        from kvplan.model.parallel import NODE_GPUS
+
+        g = self.gpus_per_replica
+        return (g, 1) if g <= NODE_GPUS or self.tp > NODE_GPUS else (NODE_GPUS, -(-g // NODE_GPUS))
+
+    def rent(self, book, replicas: int):
+        """The cheapest rental of `replicas` of this configuration (kvplan/plan/prices.py; None: none)."""
+        unit, per = self.rent_unit
+        return book.rent(self.gpu, unit, replicas * per)
 
     @property
     def label(self) -> str:
@@ -66,7 +89,8 @@ class Config:
                    if self.max_num_batched_tokens else "")
         block = f" B{self.block_size}" if self.block_size != 16 and not sglang else ""
         cache = "" if self.prefix_caching else " no-cache"
-        return f"{self.gpu} x{self.tp}{' sglang' if sglang else ''}{weights}{kv}{seqs}{batched}{block}{cache}"
+        par = (f" dp{self.dp}" if self.dp > 1 else "") + (" ep" if self.expert_parallel else "")
+        return f"{self.gpu} x{self.tp}{par}{' sglang' if sglang else ''}{weights}{kv}{seqs}{batched}{block}{cache}"
 
     def model_id(self, model: str) -> str:
         """The model served: `model`, or its re-upload quantized as `quantization` ("-FP8", "-AWQ",
@@ -77,7 +101,12 @@ class Config:
     def group(self) -> tuple:
         """Configurations of one group differ only in max_num_seqs (see _Runs)."""
         return (self.gpu, self.tp, self.kv_dtype, self.block_size, self.prefix_caching, self.quantization,
-                self.max_num_batched_tokens or 0, self.engine)
+                self.max_num_batched_tokens or 0, self.engine, self.dp, self.expert_parallel)
+
+    @property
+    def parallel(self) -> bool:
+        """Data or expert parallelism: each replica a lockstep run of its DP ranks (kvplan/sim/data_parallel.py)."""
+        return self.dp > 1 or self.expert_parallel
 
 
 def from_workload(path: Path, rate: float | None, count: int | None) -> Traffic:
@@ -137,6 +166,12 @@ def config_workload(model: str, traffic: Traffic, config: Config, seed: int | No
                          max_num_batched_tokens=config.max_num_batched_tokens, engine=config.engine)
     if traffic.speculative is not None:
         spec = replace(spec, speculative=traffic.speculative)
+    if config.parallel:
+        from kvplan.workload.spec import ParallelSpec
+
+        asked = {"all2all_backend": traffic.all2all_backend} if traffic.all2all_backend else {}
+        spec = replace(spec, parallel=ParallelSpec(dp=config.dp, enable_expert_parallel=config.expert_parallel,
+                                                   network_gbps=traffic.network_gbps, **asked))
     wl = build_flags(spec)
     if traffic.workload is None:
         return wl

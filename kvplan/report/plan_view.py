@@ -64,7 +64,7 @@ def answer_sentence(doc: dict) -> str:
     shape = ""
     if rental.get("instances") and rental.get("provider"):
         whole = ""
-        if rental["gpus_rented"] != best["gpus"] or rental["instance_gpus"] != c["tp"]:
+        if rental["gpus_rented"] != best["gpus"] or rental["instance_gpus"] != c["tp"] * c.get("dp", 1):
             whole = (f"{rental['instances']} x {rental['instance_gpus']}-GPU instance"
                      f"{'s' if rental['instances'] != 1 else ''}, {rental['gpus_rented']} GPUs paid for; ")
         shape = f"; {whole}{rental['tier']}: {rental['provider']}"
@@ -86,7 +86,11 @@ def answer_sentence(doc: dict) -> str:
         fixed = " (its trace fixes every request: no fresh sample)" if rules.get("seeds") else ""
         where, how = f"on the search's sample{fixed}", f" at {plan}"
     served_by = f", served by {ENGINE_NAMES.get(c['engine'], c['engine'])}" if "engine" in c else ""
-    words = [f"Rent {best['replicas']} x {c['tp']} {c['gpu']}{served_by} ({gpus}{kv}{shape}): "
+    ranks = ""
+    if c.get("dp", 1) > 1 or c.get("expert_parallel"):  # a replica of DP ranks (kvplan/sim/data_parallel.py)
+        ranks = (f" as {c['dp']} DP rank{'s' if c['dp'] != 1 else ''} of {c['tp']}"
+                 + (", experts split by EP" if c.get("expert_parallel") else ""))
+    words = [f"Rent {best['replicas']} x {c['tp'] * c.get('dp', 1)} {c['gpu']}{ranks}{served_by} ({gpus}{kv}{shape}): "
              f"{_money(best['cost_per_hour'])}/hour, {per_m}, for {traffic_words(t, best['served'])} at {latencies} "
              f"({where}{how}"]
     if doc.get("targets", {}).get("goodput") is not None:

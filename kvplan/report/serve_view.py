@@ -30,8 +30,12 @@ def render_serve(doc: dict) -> None:
     out = console()
     unit = doc.get("time_unit") or "s"
     ms = unit == "s"  # per-token times in milliseconds when time is in seconds
+    par = doc.get("parallel")
+    pool = (f"pool of {doc['pool_slots']:,} token slots" if not par else
+            f"{par['dp']} DP ranks of {par['tp']} GPU{'s' if par['tp'] != 1 else ''}, each a pool of "
+            f"{par['pool_slots_per_rank']:,} token slots")
     title = (f"Serving simulation: {terminal(doc['workload'])} ({count(doc['num_requests'], 'request')}, "
-             f"pool of {doc['pool_slots']:,} token slots, times in {unit})")
+             f"{pool}, times in {unit})")
     rate_cols = (("done", lambda r: f"{r['completed']:,}"), (f"req/{unit}", lambda r: f"{r['throughput_rps']:.2f}"),
                  (f"tok/{unit}", lambda r: f"{r['throughput_tps']:,.0f}"),
                  ("batch", lambda r: f"{r['mean_running']:.1f}"), ("preempted", lambda r: f"{r['preemptions']:,}"))
@@ -66,6 +70,15 @@ def render_serve(doc: dict) -> None:
         if r.get("goodput") is not None:
             out.print(f"{terminal(r['label'])}: {goodput_words(r['goodput'])}.", markup=False)
     print_overload(out, [(r["label"], r.get("overload")) for r in doc["results"]], unit)
+    if par:
+        for r in doc["results"]:
+            dp = r.get("data_parallel") or {}
+            moe = dp.get("moe_shared_time")
+            out.print(f"{terminal(r['label'])}: {'EP ' + str(par['ep']) if par['enable_expert_parallel'] else 'no EP'}, "
+                      f"ranks in lockstep (an idle rank runs a dummy batch: {dp.get('dummy_rank_steps', 0):,} rank "
+                      f"steps); requests per rank {', '.join(f'{n:,}' for n in dp.get('requests_per_rank', []))}"
+                      + (f"; the MoE layers shared by the ranks took {moe:.3g} {unit} of the run" if moe else "")
+                      + ".", markup=False)
     sp = doc.get("speculative")
     if sp:
         rates = ", ".join(f"{x:.2f}" for x in sp["acceptance"])

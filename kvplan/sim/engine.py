@@ -348,6 +348,11 @@ def simulate(workload: Workload, allocator: AllocatorSpec, *,
     (a search that needs only a verdict stops once it is certain).
     """
     setup = make_setup(workload, allocator) if setup is None else setup
+    if workload.parallel is not None and not workload.parallel.mean_field:  # DP ranks in lockstep: data_parallel.py
+        from kvplan.sim.data_parallel import simulate_data_parallel
+
+        return simulate_data_parallel(workload, allocator, progress=progress, record_requests=record_requests,
+                                      timeline_points=timeline_points, slo=slo_of(workload, setup))
     if setup.sglang is not None:  # SGLang's scheduler: kvplan/sim/sglang.py
         from kvplan.sim.sglang import simulate_sglang
 
@@ -407,6 +412,8 @@ def document_of(workload: Workload, results: list[ServeResult]) -> dict:
         "time_unit": results[0].time_unit if results else None,
         "results": [r.to_dict() for r in results],
     }  # fmt: skip
+    if workload.parallel is not None:  # one rank's pool and clock; the ranks together (kvplan/sim/data_parallel.py)
+        doc["parallel"] = {**workload.parallel.to_dict(), "pool_slots_per_rank": workload.pool.slots}
     run = workload.speculative
     if run is not None:  # what speculative decoding was simulated with (kvplan/sim/speculative.py)
         doc["speculative"] = {**run.setting.to_dict(),

@@ -175,6 +175,7 @@ class ServeResult:
     overload: Overload | None = None  # arrivals faster than admissions (kvplan/sim/overload.py)
     goodput: dict | None = None  # with an `slo:`, the requests within it (kvplan/sim/slo.goodput)
     offload: dict | None = None  # with a CPU tier: kvplan/sim/offload.offload_dict
+    data_parallel: dict | None = None  # DP ranks in lockstep: kvplan/sim/data_parallel.LockstepSim.summary
 
     @property
     def wasted_slots(self) -> float:
@@ -202,6 +203,7 @@ class ServeResult:
             "prefix_cache": prefix_cache_dict(self.prefix) if self.prefix is not None else None,
             "overload": self.overload.to_dict() if self.overload is not None else None,
             **({} if self.goodput is None else {"goodput": self.goodput}),
+            **({} if self.data_parallel is None else {"data_parallel": self.data_parallel}),
             **({} if self.offload is None else {"offload": self.offload}),
         }  # fmt: skip
 

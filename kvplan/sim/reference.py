@@ -150,16 +150,25 @@ class ReferenceSim:
     def advance(self) -> bool:
         """Take in the arrivals, then one step or one idle gap; False once everything is done."""
         reqs = self.reqs
-        while self.next_arrival < len(reqs) and reqs[self.next_arrival].arrival <= self.t:
-            self.waiting.append(reqs[self.next_arrival])
-            self.next_arrival += 1
-        if self.running or self.waiting or self.swapped or self.loading:
+        self.arrive()
+        if self.busy():
             self.step()
         elif self.next_arrival < len(reqs):
             self.idle_until(reqs[self.next_arrival].arrival)
         else:
             return False
         return True
+
+    def arrive(self) -> None:
+        """Requests with arrival <= t join the back of the waiting queue."""
+        reqs = self.reqs
+        while self.next_arrival < len(reqs) and reqs[self.next_arrival].arrival <= self.t:
+            self.waiting.append(reqs[self.next_arrival])
+            self.next_arrival += 1
+
+    def busy(self) -> bool:
+        """Anything running, waiting, swapped out or loading."""
+        return bool(self.running or self.waiting or self.swapped or self.loading)
 
     def idle_until(self, until: int) -> None:
         dt = until - self.t
@@ -170,6 +179,14 @@ class ReferenceSim:
         self.t = until
 
     def step(self) -> None:
+        work = self.schedule()
+        if work is None:
+            return
+        self.run_step(work, self.step_cost(work))
+
+    def schedule(self) -> dict[int, int] | None:
+        """Phases 1 and 2: the tokens of each request this step (rid -> tokens); None when, with a
+        CPU tier, nothing could run and the engine waited for a load instead."""
         work: dict[int, int] = {}  # rid -> tokens this step
         budget, preempted = self.schedule_running(work)
         before = len(self.running)
@@ -180,18 +197,30 @@ class ReferenceSim:
         if self.tier is not None:
             if not self.running and self.loading:
                 self.wait_for_load()
-                return
+                return None
             self.store_pass(work, before)
+        return work
+
+    def step_inputs(self, work: dict[int, int]) -> tuple[int, int, int, int]:
+        """What the clock prices a scheduled step by: (KV read, tokens, requests, prefill pairs)."""
         by_id = {r.rid: r for r in self.running}
         kv_read = sum(self.kv_read(by_id[rid].held) for rid in work)
         pairs = sum(prefill_pairs(n, by_id[rid].held) for rid, n in work.items() if by_id[rid].prefilling)
+        return kv_read, sum(work.values()), len(work), pairs
+
+    def step_cost(self, work: dict[int, int]) -> int:
+        """Ticks of the scheduled step on this engine's clock."""
+        kv_read, tokens, requests, pairs = self.step_inputs(work)
         if self.s.speculative is None:
-            dt = self.clock.step_ticks(kv_read, sum(work.values()), len(work), pairs)
-        else:
-            decoding = [rid for rid in work if not by_id[rid].prefilling]
-            dt = self.s.speculative.step_ticks(self.clock, kv_read, sum(work.values()), len(work), pairs,
-                                               len(decoding), sum(work[rid] - 1 for rid in decoding),
-                                               sum(self.kv_read(by_id[rid].held) for rid in decoding))
+            return self.clock.step_ticks(kv_read, tokens, requests, pairs)
+        by_id = {r.rid: r for r in self.running}
+        decoding = [rid for rid in work if not by_id[rid].prefilling]
+        return self.s.speculative.step_ticks(self.clock, kv_read, tokens, requests, pairs,
+                                             len(decoding), sum(work[rid] - 1 for rid in decoding),
+                                             sum(self.kv_read(by_id[rid].held) for rid in decoding))
+
+    def run_step(self, work: dict[int, int], dt: int) -> None:
+        """Phase 3: the scheduled step runs for `dt` ticks."""
         self.account(work, dt)
         self.execute(work, self.t + dt)
         self.t += dt
@@ -248,7 +277,8 @@ class ReferenceSim:
     def grow(self, req: Req, need: int, n: int) -> None:
         """A running (or resuming) request takes `need` more blocks for its `n` tokens."""
         if self.blocks is not None:
-            req.table += self.blocks.get_new_blocks(need).tolist()
+            if need:  # (no block taken: nothing to do in the pool)
+                req.table += self.blocks.get_new_blocks(need).tolist()
             self.register(req, req.held + n)
         else:
             self.free_blocks -= need

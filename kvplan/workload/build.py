@@ -20,7 +20,7 @@ from kvplan.model.facts import ModelFacts
 from kvplan.model.step_time import engine_constants
 from kvplan.model.vllm_memory import default_batch
 from kvplan.workload.distributions import AllAtOnce, Fixed, Lengths, Uniform, synthetic_requests
-from kvplan.workload.records import (OffloadConfig, PoolSpec, SchedulerConfig, SglangConfig, SpeculativeRun, TimingConfig,
+from kvplan.workload.records import (OffloadConfig, ParallelRun, PoolSpec, SchedulerConfig, SglangConfig, SpeculativeRun, TimingConfig,
                                      Workload)
 from kvplan.workload.checks import check_int
 from kvplan.model.sglang_memory import SGLangMemory
@@ -42,6 +42,9 @@ def _fail(where: str, message: str) -> WorkloadError:
 def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None) -> Workload:
     """The workload `spec` declares, its model resolved by `resolve_model` (needed with a model)."""
     model = _model(spec, resolve_model)
+    parallel = None
+    if spec.parallel is not None:
+        model, parallel = _parallel(spec, model)
     layout = model.layout if model is not None else None
     bytes_per_slot = layout.bytes_per_token if layout is not None else None
     scheduler = _scheduler(spec, layout, bytes_per_slot, model.gpu if model is not None else None)
@@ -55,10 +58,13 @@ def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None
     allocators = tuple(replace(a, max_len=mml) if a.kind == "contiguous" and a.max_len is None else a
                        for a in spec.allocators)
     contiguous = [a.max_len for a in allocators if a.max_len is not None]
+    timing = _timing(spec, model)
+    if parallel is not None and timing.step is not None:
+        parallel = replace(parallel, step=_parallel_step(spec, model, parallel.par, timing.step))
     return Workload(
         name=spec.name, path=spec.path, seed=spec.seed, experiment=spec.experiment,
         num_requests=num_requests, pool=pool, allocators=allocators, scheduler=scheduler,
-        timing=_timing(spec, model), make_requests=make, layout=layout,
+        timing=timing, make_requests=make, layout=layout, parallel=parallel,
         contiguous_max_len=contiguous[0] if contiguous else mml, prefix=_prefix(spec, mml), sampling=spec.sampling,
         offload=_offload(spec, layout, bytes_per_slot), sglang=_sglang(spec, scheduler, started), spec=spec,
         speculative=speculative,
@@ -133,6 +139,57 @@ def _offload(spec: WorkloadSpec, layout, bytes_per_slot: int | None) -> OffloadC
             raise _fail("offload.kv_offloading_size", f"{o.kv_offloading_size:,} bytes hold no CPU block of "
                                                       f"{a.block_size} tokens ({block_bytes:,} bytes across the TP group)")
     return OffloadConfig(o.kv_offloading_size, o.gb_per_s, bytes_per_slot, spec.tp)
+
+
+def _parallel(spec: WorkloadSpec, model: ModelFacts) -> tuple[ModelFacts, ParallelRun]:
+    """One DP rank of a `parallel:` run (kvplan/model/parallel.py's rules, as `kvplan size --dp`
+    applies them): its GPU's weights (the routed experts split over T x D ranks, whole under EP),
+    its start-up shape (the process groups DP adds) and its own step without the routed experts
+    (kvplan/model/parallel_step.py: they are priced over the tokens of every rank, per global step,
+    by kvplan/sim/data_parallel.py). A model without routed experts is refused: vLLM runs its DP
+    ranks as independent engines (EngineCoreProc, data_parallel_size 1 each), which a fleet of
+    replicas models."""
+    from kvplan.model.parallel import Parallelism, check, communicators, stage_weight_bytes
+    from kvplan.model.weights import moe_shape
+
+    asked = spec.parallel
+    if model.spec is None or model.weights is None:
+        raise _fail("parallel", "needs the model's config (its routed experts and weights)")
+    par = Parallelism(tp=spec.tp, dp=asked.dp, pp=1, expert_parallel=asked.enable_expert_parallel)
+    try:
+        check(model.spec, par)
+    except KvplanError as exc:
+        raise _fail("parallel.enable_expert_parallel" if "expert" in (exc.field or "") else "parallel",
+                    exc.message) from None
+    experts, _ = moe_shape(model.spec)
+    if not experts:
+        raise _fail("parallel.dp", f"{model.spec.name} has no routed experts: vLLM runs its DP ranks as "
+                                   "independent engines (no lockstep); simulate them as a fleet of "
+                                   f"{asked.dp} replicas (experiment: fleet; router least_outstanding is the "
+                                   "nearest to vLLM's DP balancer)")
+    if model.gpu is not None and spec.timing.model != "physical":
+        raise _fail("timing.model", "a parallel run is timed by the physical model (its MoE terms); remove "
+                                    "timing.model: roofline")
+    at_init, in_profile = communicators(model.spec, par)
+    facts = replace(model, weight_bytes=stage_weight_bytes(model.spec, model.weights, par, 0, model.gpu),
+                    shape_extra={"sampler": True, "groups_at_init": at_init, "groups_in_profile": in_profile})
+    if model.gpu is not None:
+        step = _parallel_step(spec, model, par, model.step_model)
+        facts = replace(facts, step_model=step.stages[0][2])
+    return facts, ParallelRun(par, asked)
+
+
+def _parallel_step(spec: WorkloadSpec, model: ModelFacts, par, like):
+    """kvplan/model/parallel_step.py's model of one DP rank, with the constants and the scheduling
+    of the step model `like` (a timing profile's, once applied)."""
+    from kvplan.model.parallel_step import ParallelStep
+
+    asked = spec.parallel
+    return ParallelStep(model.spec, model.weights, model.gpu, par, kv_dtype=spec.kv_dtype,
+                        enforce_eager=like.enforce_eager, constants=like.constants,
+                        async_scheduling=like.async_scheduling, all2all_backend=asked.all2all_backend,
+                        expert_imbalance=asked.expert_imbalance,
+                        network_bytes_per_s=asked.network_gbps * 1e9 / 8 if asked.network_gbps else None)
 
 
 def _model(spec: WorkloadSpec, resolve_model: ResolveModel | None) -> ModelFacts | None:

@@ -181,9 +181,19 @@ def workload_schema() -> dict:
                            "max_running_requests": {"type": "integer", "minimum": 1, "maximum": 2**20},
                            "disable_radix_cache": {"type": "boolean"}}, (),
                           "engine: sglang: SGLang's scheduler flags (server_args.py names)"),
+        "parallel": _closed({"dp": {"type": "integer", "minimum": 1, "maximum": 1024},
+                             "pp": {"const": 1},
+                             "enable_expert_parallel": {"type": "boolean"},
+                             "all2all_backend": {"enum": ["allgather_reducescatter", "deepep_high_throughput",
+                                                          "deepep_low_latency"]},
+                             "expert_imbalance": {"type": "number", "minimum": 1, "maximum": 8},
+                             "network_gbps": {"type": "number", "minimum": 1, "maximum": 10000}}, (),
+                            "experiment serve: vLLM's data parallel ranks (and expert parallelism) of a MoE "
+                            "model, stepping in lockstep (kvplan/sim/data_parallel.py)"),
     }
     assert set(top) == set(S.TOP_KEYS)
     assert set(top["sglang"]["properties"]) == set(S.SGLANG_KEYS)
+    assert set(top["parallel"]["properties"]) == set(S.PARALLEL_KEYS)
     assert set(top["router"]["anyOf"][1]["properties"]) == set(ROUTER_KEYS)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "https://kvplan.dev/schema/workload.json", "title": "kvplan workload file",

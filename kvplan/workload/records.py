@@ -17,6 +17,29 @@ if TYPE_CHECKING:
     from kvplan.workload.spec import PrefixSection, SamplingSpec, WorkloadSpec
 
 @dataclass(frozen=True, slots=True)
+class ParallelRun:
+    """A serve run's data (and expert) parallelism: vLLM's sizes (kvplan.model.parallel.Parallelism),
+    what the workload asked (its `parallel:` section) and, with a GPU, the step-time terms the DP
+    ranks share (kvplan.model.parallel_step.ParallelStep: the routed experts over the tokens of
+    every rank, the all-to-all). The pool and the clock of the Workload are one rank's."""
+
+    par: Any
+    asked: Any  # kvplan.workload.spec.ParallelSpec
+    step: Any = None  # kvplan.model.parallel_step.ParallelStep, with a GPU
+    mean_field: bool = False  # True: one rank's engine on its share of the traffic, its clock with every
+    #   rank's MoE time at its own batch (kvplan/sim/parallel_clock.py; measured by bench/dp_mean_field.py,
+    #   not used by the CLI)
+
+    def to_dict(self) -> dict:
+        out = {**self.par.to_dict(), **{k: v for k, v in self.asked.to_dict().items() if k not in ("dp", "pp")}}
+        if self.step is not None:
+            out["network_bytes_per_s"] = self.step.network
+        if self.mean_field:
+            out["mean_field"] = True
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSpec:
     """The KV pool: `slots` token slots; `bytes_per_slot` when a model is known (else None)."""
 
@@ -115,5 +138,6 @@ class Workload:
     offload: OffloadConfig | None = None  # serve and fleet: a CPU tier per replica
     speculative: "SpeculativeRun | None" = None  # serve: speculative decoding (kvplan/workload/build.py)
     sglang: SglangConfig | None = None  # serve with engine: sglang (None: vLLM's scheduler)
+    parallel: "ParallelRun | None" = None  # serve: DP ranks of a MoE model in lockstep (kvplan/sim/data_parallel.py)
     spec: "WorkloadSpec | None" = field(default=None, compare=False, repr=False)  # what it was built from
     #   (experiment fleet: spec.fleet, its replica groups, router and transfer link)

@@ -69,7 +69,8 @@ class RouterSpec:
       the pod's reported block size, maxPrefixBlocksToMatch 256 of them, pkg/epp/scheduling/framework/
       plugins/multi/prefix/plugin.go at 6f84d17a, 2025-10-22) or precise (the pods' own caches,
       from vLLM's KV events); `prefix_score` ratio (matched / prompt blocks, llm-d since May 2026) or
-      min_max (the precise scorer before: (hits - min) / (max - min) over the pods, 1 when equal).
+      min_max (the precise scorer before: (hits - min) / (max - min) over the pods that hold the
+      prompt's first block, 1 when they hold alike, the other pods 0).
     - sglang (SGLang's model gateway, its cache_aware policy and defaults): `cache_threshold` 0.3,
       `balance_abs_threshold` 64 and `balance_rel_threshold` 1.5 requests."""
 

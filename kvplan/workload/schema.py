@@ -65,7 +65,7 @@ from kvplan.workload.routing import LLM_D_INDEXES, POLICY_KEYS, PREFIX_SCORES, R
 from kvplan.workload.chunks import MAX_TOKENS
 from kvplan.workload.spec import (
     BEAM_PARENTS, DEFAULT_PROXY_S, EXPERIMENTS, GROUP_OVERRIDES, MAX_LINK_GB_PER_S, MAX_OFFLOAD_BYTES, MAX_REPLICAS,
-    MAX_REQUESTS, MAX_SLO_S, MAX_SLOTS, MIN_OFFLOAD_GB_PER_S,
+    MAX_REQUESTS, MAX_SLO_S, MAX_SLOTS, MIN_OFFLOAD_GB_PER_S, PARALLEL_KEYS, ParallelSpec,
     MIN_EFFICIENCY, POOL_ENGINES, DEFAULT_FRACTION, ENGINES, SCHEDULE_POLICIES, SglangSpec, POOL_KEYS, POPULARITY, PREEMPTIONS, ROLES, SAMPLING_MODES, SLO_KEYS, TIMING_MODELS,
     TOO_LONG, FleetSpec, GroupSpec, PoolRequest, PrefixSection, PrefixSpec, SamplingSpec, SchedulerSpec, SloSpec,
     SyntheticRequests, TimingSpec, TraceRequests, Transfer, WorkloadSpec, OffloadSpec, SpeculativeSpec,
@@ -76,7 +76,7 @@ from kvplan.workload.yaml_nodes import YamlList, YamlMap, YamlNode, as_float, as
 
 TOP_KEYS = ("name", "seed", "experiment", "model", "kv_dtype", "tp", "gpu", "pool", "requests",
             "allocators", "scheduler", "timing", "prefix", "sampling", "replicas", "router", "transfer", "slo",
-            "offload", "engine", "sglang", "speculative")  # fmt: skip
+            "offload", "engine", "sglang", "speculative", "parallel")  # fmt: skip
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "chunked_prefill", "preemption",
                   "swap_space", "swap_slots", "null_block", "prefix_caching",
                   "hybrid_kv_cache_manager", "allow_long_max_model_len")
@@ -170,6 +170,7 @@ def read_spec(path: str | Path, *, seed: int | None = None) -> WorkloadSpec:
         speculative=_speculative(doc.get_map("speculative")) if "speculative" in doc else None,
         engine=doc.get_choice("engine", ENGINES, "vllm"),
         sglang=_sglang(doc.get_map("sglang")) if "sglang" in doc else None,
+        parallel=_parallel(doc.get_map("parallel")) if "parallel" in doc else None,
         path=str(path), locate=Locator(doc),
     )
     if "allocators" in doc:
@@ -400,6 +401,24 @@ def _speculative(node: YamlMap) -> SpeculativeSpec:
     if "acceptance" in node:
         values["acceptance"] = tuple(as_float(x, ge=0, le=1) for x in node.get_list("acceptance"))
     return _make(node, SpeculativeSpec, values)
+
+
+def _parallel(node: YamlMap) -> ParallelSpec:
+    """`parallel: {dp, pp, enable_expert_parallel, all2all_backend, expert_imbalance, network_gbps}`:
+    vLLM's DP and EP flags and the step-time options of `kvplan step` (kvplan/model/parallel_step.py)."""
+    node.expect_keys(*PARALLEL_KEYS)
+    values = {}
+    for key in ("dp", "pp"):
+        if key in node:
+            values[key] = node.get_int(key)
+    if "enable_expert_parallel" in node:
+        values["enable_expert_parallel"] = node.get_bool("enable_expert_parallel")
+    if "all2all_backend" in node:
+        values["all2all_backend"] = node.get_str("all2all_backend")
+    for key in ("expert_imbalance", "network_gbps"):
+        if key in node:
+            values[key] = node.get_float(key)
+    return _make(node, ParallelSpec, values)
 
 
 def _sglang(node: YamlMap) -> SglangSpec:

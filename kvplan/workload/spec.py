@@ -512,6 +512,42 @@ class SpeculativeSpec:
         self.setting()
 
 
+PARALLEL_KEYS = ("dp", "pp", "enable_expert_parallel", "all2all_backend", "expert_imbalance", "network_gbps")
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelSpec:
+    """`parallel:` of a serve file: vLLM's --data-parallel-size (dp) and --enable-expert-parallel on
+    a MoE model, with the step-time options of kvplan/model/parallel_step.py (all2all_backend,
+    expert_imbalance, network_gbps: each GPU's network bandwidth in Gb/s; None: the GPU's). Each DP
+    rank is an engine of its own, the ranks stepping in lockstep (kvplan/sim/data_parallel.py).
+    Pipeline stages (pp) are priced by `kvplan step --pp`, not simulated: pp other than 1 is refused."""
+
+    dp: int = 1
+    pp: int = 1
+    enable_expert_parallel: bool = False
+    all2all_backend: str = "allgather_reducescatter"
+    expert_imbalance: float = 1.3
+    network_gbps: float | None = None
+
+    def __post_init__(self) -> None:
+        from kvplan.model.parallel import MAX_DEGREE
+        from kvplan.model.parallel_step import ALL2ALL_BACKENDS
+
+        check_int(self.dp, "dp", ge=1, le=MAX_DEGREE)
+        check_int(self.pp, "pp", ge=1, le=MAX_DEGREE)
+        if self.pp != 1:
+            raise _fail("pp", "pipeline stages are not simulated in serve (kvplan step --pp prices their "
+                              "step); give pp: 1")
+        check_bool(self.enable_expert_parallel, "enable_expert_parallel")
+        check_choice(self.all2all_backend, ALL2ALL_BACKENDS, "all2all_backend")
+        check_float(self.expert_imbalance, "expert_imbalance", ge=1.0, le=8.0)
+        check_float(self.network_gbps, "network_gbps", ge=1, le=10_000, optional=True)  # kvplan step's range
+
+    def to_dict(self) -> dict:
+        return {key: getattr(self, key) for key in PARALLEL_KEYS}
+
+
 @dataclass(frozen=True, slots=True)
 class SglangSpec:
     """`sglang:` of a serve file with `engine: sglang`: SGLang's scheduler flags, with SGLang's names
@@ -571,6 +607,7 @@ class WorkloadSpec:
     speculative: SpeculativeSpec | None = None  # serve: speculative decoding (vLLM's --speculative-config)
     engine: str = "vllm"  # serve: whose scheduler runs the requests (ENGINES)
     sglang: SglangSpec | None = None  # engine sglang: its scheduler flags (None: SGLang's defaults)
+    parallel: ParallelSpec | None = None  # serve: DP ranks (and EP) of a MoE model, in lockstep
     path: str = ""
     locate: Locate | None = field(default=None, compare=False, repr=False)
 
@@ -600,6 +637,25 @@ class WorkloadSpec:
         if self.speculative is not None and self.experiment != "serve":
             raise _fail("speculative", f"applies to experiment: serve, and this is experiment: {self.experiment}")
         self._check_engine()
+        if self.parallel is not None:
+            self._check_parallel()
+
+    def _check_parallel(self) -> None:
+        """What the lockstep DP simulation (kvplan/sim/data_parallel.py) does not build, refused naming the key."""
+        if not isinstance(self.parallel, ParallelSpec):
+            raise _fail("parallel", f"expected vLLM's parallel sizes, got {self.parallel!r}")
+        if self.experiment != "serve":
+            raise _fail("parallel", f"applies to experiment: serve, and this is experiment: {self.experiment}")
+        if self.engine != "vllm":
+            raise _fail("parallel", "is modelled on vLLM's DP engine cores; engine: sglang runs without it")
+        if self.model is None:
+            raise _fail("parallel", "needs a model (its routed experts decide what the DP ranks share)")
+        if self.speculative is not None:
+            raise _fail("parallel", "speculative decoding with data parallelism is not simulated; remove one of "
+                                    "speculative: and parallel:")
+        if self.offload is not None:
+            raise _fail("parallel", "a CPU tier with data parallelism is not simulated; remove one of offload: "
+                                    "and parallel:")
 
     def _check_engine(self) -> None:
         """SGLang's scheduler (kvplan/sim/sglang.py) runs serve experiments on its token pool, with

@@ -130,4 +130,9 @@ def spec_yaml(spec: WorkloadSpec) -> str:
         if sp.acceptance is not None:
             pairs.append(("acceptance", "[" + ", ".join(_scalar(float(x)) for x in sp.acceptance) + "]"))
         lines.append(f"speculative: {_flow(pairs)}")
+    if spec.parallel is not None:
+        from kvplan.workload.spec import ParallelSpec
+
+        changed = _changed(spec.parallel, ParallelSpec())
+        lines.append(f"parallel: {_flow(changed)}" if changed else "parallel: {}")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,132 @@
+"""Data-parallel serving of a MoE model in lockstep (kvplan/sim/data_parallel.py): rank choice,
+lockstep steps and dummy batches counted by hand, the step time against `kvplan step --dp`, one
+rank against the single engine, determinism and the pool of `kvplan size --dp`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvplan.experiments import load as load_workload_file
+from kvplan.sim.data_parallel import Balancer, LockstepSim
+from kvplan.sim.engine import serve_document, simulate
+
+MOE = "Qwen/Qwen3-30B-A3B"  # 128 experts, top-8, 48 layers
+
+
+def _file(tmp_path, text: str, name: str = "w.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return load_workload_file(path)
+
+
+def test_the_balancer_scores_waiting_four_times_running_and_counts_its_own_picks():
+    """vLLM's get_core_engine_for_request: least waiting x 4 + running, the first rank on a tie,
+    each pick one more waiting on its rank until the next refresh."""
+    b = Balancer(3, interval=10)
+    assert [b.choose() for _ in range(4)] == [0, 1, 2, 0]  # 0,0,0 -> 4,0,0 -> 4,4,0 -> 4,4,4: the first
+    b.counts = [[0, 5], [1, 0], [0, 4]]  # scores 5, 4, 4: rank 1 (first of the 4s)
+    assert b.choose() == 1
+    assert b.counts[1] == [2, 0]  # its own pick counted: scores 5, 8, 4
+    assert b.choose() == 2
+
+
+def test_two_ranks_step_together_and_an_idle_rank_runs_dummy_batches(tmp_path):
+    """Three requests of 4 prompt and 2 output tokens at t = 0, two ranks of one sequence each, in
+    steps (no gpu). The balancer sends them to ranks 0, 1, 0 (scores 0,0 -> 4,0 -> 4,4: rank 0).
+    Step 1: requests 0 and 1 prefill (first token at 1); step 2: both decode and finish (at 2);
+    step 3: rank 0 admits request 2 (first token at 3) while rank 1, empty, runs a dummy batch;
+    step 4: request 2 finishes (at 4), rank 1 again a dummy. 4 steps, 2 dummy rank steps."""
+    wl = _file(tmp_path, f"model: {MOE}\npool: {{slots: 1000}}\n"
+               "requests: {count: 3, prompt: {dist: fixed, value: 4}, output: {dist: fixed, value: 2}}\n"
+               "scheduler: {max_num_seqs: 1, max_num_batched_tokens: 64, max_model_len: 64}\n"
+               "parallel: {dp: 2, enable_expert_parallel: true}\n")
+    sim = LockstepSim(wl, wl.allocators[0])
+    sim.run()
+    assert sim.rank_of == [0, 1, 0]
+    assert [(r.first_token, r.finish) for r in sim.reqs] == [(1, 2), (1, 2), (3, 4)]
+    assert sim.steps == 4 and sim.dummy_steps == 2
+    result = simulate(wl, wl.allocators[0])
+    assert result.steps == 4 and result.pool_slots == 2 * 1000
+    assert result.data_parallel["requests_per_rank"] == [2, 1]
+
+
+def test_a_lockstep_step_is_the_busy_rank_with_the_moe_of_every_rank(tmp_path):
+    """Two 512-token prompts on two EP ranks (DeepEP low-latency): the API server passes the second
+    on a moment later, so the first step has rank 0 prefilling 512 tokens and rank 1 running a
+    dummy batch of one: the MoE layers see 513 tokens and each rank sends its own (512 the most).
+    That step (request 0's TTFT) is kvplan/model/parallel_step.py's prefill of 512 on one rank with
+    the experts over 513 (its float model against the clock's integer tables: within 1e-4). The
+    second request, on rank 1, then prefills with rank 0 decoding its first token."""
+    from kvplan.model.gpus import get_gpu
+    from kvplan.model.parallel import Parallelism
+    from kvplan.model.parallel_step import ParallelStep
+    from kvplan.model.resolve import load_spec
+    from kvplan.model.step_time import prefill_pairs
+    from kvplan.model.weights import estimate_weights
+
+    wl = _file(tmp_path, f"model: {MOE}\ngpu: H100-80GB\npool: {{slots: 100000}}\n"
+               "requests: {count: 2, prompt: {dist: fixed, value: 512}, output: {dist: fixed, value: 2}}\n"
+               "parallel: {dp: 2, enable_expert_parallel: true, all2all_backend: deepep_low_latency}\n")
+    sim = LockstepSim(wl, wl.allocators[0])
+    sim.run()
+    assert sim.rank_of == [0, 1]
+    first, second = sim.reqs
+    assert first.arrival < second.arrival < first.first_token  # it waits for the first step
+    spec = load_spec(MOE)
+    step = ParallelStep(spec, estimate_weights(spec), get_gpu("H100-80GB"),
+                        Parallelism(dp=2, expert_parallel=True), all2all_backend="deepep_low_latency")
+    expected = step.stage_breakdown(0, tokens=512, requests=1, kv_read=0, pairs=prefill_pairs(512, 0),
+                                    group_tokens=513)
+    assert expected["moe_experts"] > 0 and expected["all_to_all"] > 0
+    assert (first.first_token - first.arrival) / 1e12 == pytest.approx(expected["total"], rel=1e-4)
+    assert sim.steps == 3 and sim.dummy_steps == 2  # rank 1 idle in step 1, rank 0 in step 3
+
+
+def test_one_rank_without_expert_parallelism_is_the_single_engine(tmp_path):
+    """dp: 1 without EP changes nothing vLLM runs: the lockstep run of one rank gives the numba
+    engine's result to the last digit (pool, steps, every latency and the memory integrals)."""
+    base = (f"model: {MOE}\ngpu: H100-80GB\npool: {{gpu_memory_utilization: 0.9}}\n"
+            "requests: {count: 80, prompt: {dist: lognormal, mean: 800, sigma: 0.8, min: 8, max: 6000},"
+            " output: {dist: lognormal, mean: 150, sigma: 0.8, min: 2, max: 1000},"
+            " arrival: {process: poisson, rate: 12}}\nscheduler: {max_model_len: 8192}\n")
+    plain = serve_document(_file(tmp_path, base, "a.yaml"))
+    one = serve_document(_file(tmp_path, base + "parallel: {dp: 1}\n", "b.yaml"))
+    assert one["pool_slots"] == plain["pool_slots"]
+    for a, b in zip(plain["results"], one["results"]):
+        assert b.pop("data_parallel")["requests_per_rank"] == [80]
+        assert a == b
+
+
+def test_a_dp_run_is_deterministic_and_its_ranks_share_the_load(tmp_path):
+    text = (f"model: {MOE}\ngpu: H100-80GB\npool: {{gpu_memory_utilization: 0.9}}\n"
+            "requests: {count: 120, prompt: {dist: lognormal, mean: 800, sigma: 0.8, min: 8, max: 6000},"
+            " output: {dist: lognormal, mean: 150, sigma: 0.8, min: 2, max: 1000},"
+            " arrival: {process: poisson, rate: 16}}\nscheduler: {max_model_len: 8192}\n"
+            "parallel: {dp: 4, enable_expert_parallel: true}\n")
+    docs = [json.dumps(serve_document(_file(tmp_path, text))) for _ in range(2)]
+    assert docs[0] == docs[1]
+    doc = json.loads(docs[0])
+    r = doc["results"][0]
+    assert r["completed"] == 120 and sum(r["data_parallel"]["requests_per_rank"]) == 120
+    assert min(r["data_parallel"]["requests_per_rank"]) >= 20  # a balancer, not one rank taking all
+    assert doc["parallel"]["ep"] == 4 and r["pool_slots"] == 4 * doc["parallel"]["pool_slots_per_rank"]
+
+
+def test_a_rank_pool_is_what_kvplan_size_dp_frees(tmp_path):
+    """The experts split over 4 EP ranks free the same memory in `kvplan size --dp 4` as in the
+    workload's pool (both against their own runs at dp 1, which differ in their scheduler
+    settings): the two gains agree to a block of 16 tokens."""
+    from kvplan.model.size import size
+
+    base = (f"model: {MOE}\ngpu: H100-80GB\npool: {{gpu_memory_utilization: 0.9}}\n"
+            "requests: {count: 5, prompt: {dist: fixed, value: 100}, output: {dist: fixed, value: 10}}\n"
+            "scheduler: {max_model_len: 16384}\n")
+    plain = _file(tmp_path, base, "a.yaml").pool.slots
+    ranked = _file(tmp_path, base + "parallel: {dp: 4, enable_expert_parallel: true}\n", "b.yaml").pool.slots
+    one = size(MOE, gpu="H100-80GB", tokens=16384, explore=False)
+    four = size(MOE, gpu="H100-80GB", tokens=16384, dp=4, enable_expert_parallel=True, explore=False)
+    gain = four.parallel["kv_tokens_per_dp_rank"] - one.report.vllm_kv_cache_tokens
+    assert gain > 100_000  # 3/4 of the experts' ~57 GB leave each GPU
+    assert abs((ranked - plain) - gain) <= 16
