@@ -726,9 +726,11 @@ def params(values: dict | None = None):
     from kvplan.calibrate.fit import Param
     from kvplan.model.step_time import CONSTANTS, PHYSICAL_RANGES
 
-    tiles = (values or {}).get("expert_tiles_per_unit", CONSTANTS.expert_tiles_per_unit) > 0
-    off = "expert_half_width" if tiles else "expert_tiles_per_unit"
-    out = [Param(name, low, high, getattr(CONSTANTS, name)) for name, (low, high) in PHYSICAL_RANGES.items()
+    tiles = (values or {}).get("expert_tiles_per_unit", CONSTANTS.expert_tiles_per_unit)
+    off = "expert_half_width" if tiles > 0 else "expert_tiles_per_unit"
+    # the opt-in constant's prior is the value it is switched on with (0, the shipped one, is "off")
+    prior = {**CONSTANTS.to_dict(), "expert_tiles_per_unit": tiles}
+    out = [Param(name, low, high, prior[name]) for name, (low, high) in PHYSICAL_RANGES.items()
            if name not in MEASURED and name != off]
     return out + [Param(name, low, high, 1.0) for name, low, high in FACTOR_PARAMS]
 
