@@ -26,10 +26,10 @@ def test_the_balancer_scores_waiting_four_times_running_and_counts_its_own_picks
     each pick one more waiting on its rank until the next refresh."""
     b = Balancer(3, interval=10)
     assert [b.choose() for _ in range(4)] == [0, 1, 2, 0]  # 0,0,0 -> 4,0,0 -> 4,4,0 -> 4,4,4: the first
-    b.counts = [[0, 5], [1, 0], [0, 4]]  # scores 5, 4, 4: rank 1 (first of the 4s)
-    assert b.choose() == 1
-    assert b.counts[1] == [2, 0]  # its own pick counted: scores 5, 8, 4
-    assert b.choose() == 2
+    b.publish([(0, 5), (1, 0), (0, 4)])  # scores 5, 4, 4: rank 1 (first of the 4s)
+    assert b.choose() == 1  # its own pick counted: scores 5, 8, 4
+    assert b.choose() == 2  # then 5, 8, 8
+    assert b.choose() == 0
 
 
 def test_two_ranks_step_together_and_an_idle_rank_runs_dummy_batches(tmp_path):

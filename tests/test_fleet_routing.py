@@ -243,3 +243,43 @@ def test_llm_d_approximate_index_matches_256_blocks_of_the_pods_block_size():
         scores, _ = router._prefix(second, 6400, 64)
         assert scores == [0.0, want], block
     assert make_router(RouterSpec("llm_d", max_prefix_tokens=640), reps, 0).max_prefix == 640
+
+
+def test_vllm_dp_balances_by_waiting_and_running_by_hand():
+    """vLLM's DP balancer, three ranks published as (waiting, running) = (1, 2), (0, 5), (0, 6):
+    scores 1 x 4 + 2 = 6, 5, 6. Five requests in one refresh interval, each pick adding a waiting
+    request to its rank: rank 1 (5; then 9), rank 0 (6, first of the tie 6, 6; then 10), rank 2
+    (6; then 10), rank 1 (9; then 13), rank 0 (10, first of the tie with rank 2; then 14). A new
+    publication resets the counts to the ranks' own."""
+    import numpy as np
+
+    from kvplan.fleet.routers import make_router
+    from kvplan.workload.chunks import RequestChunk
+    from kvplan.workload.routing import RouterSpec
+
+    reps = [_replica(waiting=1, outstanding=3), _replica(waiting=0, outstanding=5),
+            _replica(waiting=0, outstanding=6)]
+    router = make_router(RouterSpec("vllm_dp"), reps, 0)
+    router.sync()
+    chunk = RequestChunk(np.zeros(5), np.full(5, 100), np.full(5, 10))
+    assert router.assign(chunk).tolist() == [1, 0, 2, 1, 0]
+    router.sync()
+    assert router.assign(chunk.take(slice(0, 1))).tolist() == [1]
+
+
+def test_vllm_dp_sends_an_idle_fleets_requests_to_the_first_rank(tmp_path):
+    """Unlike the seeded tie-break of the other routers, vLLM's balancer takes the first of tied
+    ranks: requests 20 s apart (gamma gaps of cv 0.001: each done long before the next) all find
+    every rank idle, so all go to rank 0, as vLLM's DPLBAsyncMPClient sends them; the same file
+    with the requests 1 s apart and 3 s long (200 output tokens) finds rank 0 busy, and spreads."""
+    def routed(rate, output):
+        path = tmp_path / f"dp-{rate}.yaml"
+        path.write_text(f"name: dp\nexperiment: fleet\nseed: 0\nmodel: {MODEL}\ngpu: L40S\n"
+                        "pool: {gpu_memory_utilization: 0.9}\nrequests:\n  count: 30\n  prompt: {dist: fixed, value: 200}\n"
+                        f"  output: {{dist: fixed, value: {output}}}\n"
+                        f"  arrival: {{process: gamma, rate: {rate}, cv: 0.001}}\n"
+                        "replicas:\n  - {count: 4}\nrouter: vllm_dp\n")
+        return simulate_fleet(load(path)).routed
+
+    assert routed(0.05, 20) == [30, 0, 0, 0]
+    assert min(routed(1.0, 200)) > 0

@@ -14,13 +14,16 @@ name of the registry kvplan/workload/routing.ROUTERS.
   one score, as llm-d's prefix-cache and load scorers weigh them too;
 - llm_d: llm-d's inference scheduler, its weighted queue, KV-utilisation and prefix-cache scorers
   with an approximate or a precise prefix index (`LlmD`);
-- sglang: SGLang's cache-aware router (`Sglang`).
+- sglang: SGLang's cache-aware router (`Sglang`);
+- vllm_dp: vLLM's own load balancer over the data-parallel ranks of one server (`VllmDp`), whose
+  ties go to the first rank as vLLM's do.
 
 The routers that look at the replicas see them as they were at the last refresh (every
 `sync_interval_s` of arrival time), plus what they sent since. Their ties go to a seeded random
 choice among the tied replicas, as deployed routers break them (llm-d's scheduler picks at random
 among the best-scored pods; Dynamo's KV router samples among equal costs): ties to the lowest index
 would pile an idle fleet's requests onto replica 0 (8 replicas at low load got 241, 92, 40 ... 2).
+vllm_dp alone takes the first of the tied ranks: vLLM's own balancer does.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Iterator
 import numpy as np
 
 from kvplan.errors import WorkloadError
+from kvplan.sim.data_parallel import Balancer
 from kvplan.workload.routing import MAX_PREFIX_BLOCKS, ROUTER_NAMES, RouterSpec
 
 class Router:
@@ -359,8 +363,36 @@ class Sglang(Router):
         return out
 
 
+class VllmDp(Router):
+    """vLLM's own load balancer over the data-parallel ranks of one `vllm serve --data-parallel-size
+    D` (docs/serving/data_parallel_deployment.md: "This will work with both dense and MoE models";
+    a dense model's ranks are independent engines, each with its own scheduler and KV cache, so a
+    fleet of D replicas is exactly them; a MoE model's ranks step in lockstep: `parallel:` of a serve
+    workload, kvplan/sim/data_parallel.py). The API server sends each request to the rank of least
+    waiting x 4 + running over the counts the DP coordinator publishes every 100 ms (the router's
+    refresh), each pick adding one to its rank's waiting until the next publication, and takes the
+    FIRST rank on a tie (vllm/v1/engine/core_client.py, DPLBAsyncMPClient.get_core_engine_for_request:
+    a scan from rank 0 with one API server): vLLM's rule, not a seeded random one, so an idle fleet's
+    requests go to rank 0 until its count rises (the balancer is data_parallel.Balancer, shared with
+    the lockstep engine)."""
+
+    looks = True
+
+    def __init__(self, spec, replicas, seed):
+        super().__init__(spec, replicas, seed)
+        self.balancer = Balancer(self.n, interval=0)
+
+    def sync(self) -> None:
+        self.balancer.publish((r.waiting, r.outstanding - r.waiting) for r in self.replicas)
+
+    def assign(self, chunk) -> np.ndarray:
+        choose = self.balancer.choose
+        return np.array([choose() for _ in range(len(chunk))], dtype=np.int64)
+
+
 IMPLEMENTATIONS = {"round_robin": RoundRobin, "random": Random, "least_outstanding": LeastOutstanding,
-                   "least_kv": LeastKv, "prefix_aware": PrefixAware, "llm_d": LlmD, "sglang": Sglang}
+                   "least_kv": LeastKv, "prefix_aware": PrefixAware, "llm_d": LlmD, "sglang": Sglang,
+                   "vllm_dp": VllmDp}
 assert tuple(IMPLEMENTATIONS) == ROUTER_NAMES, "every router of the registry, and only those, is implemented here"
 
 

@@ -44,6 +44,7 @@ staleness is approximated at step boundaries (the snapshot is refreshed at the f
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import replace
 
 import numpy as np
@@ -62,25 +63,29 @@ WAITING_WEIGHT = 4  # get_core_engine_for_request's score: waiting x 4 + running
 
 
 class Balancer:
-    """vLLM's DP load balancer over (waiting, running) counts that are refreshed now and then."""
+    """vLLM's DP load balancer over (waiting, running) counts that are refreshed now and then: the
+    rank of least waiting x WAITING_WEIGHT + running, the first on a tie, each pick adding one
+    waiting request to its rank. Kept as a heap of (score, rank), whose order is exactly that rule
+    (the lowest score, then the lowest rank), so a pick costs log(ranks), not a scan."""
 
     def __init__(self, ranks: int, interval: int):
-        self.counts = [[0, 0] for _ in range(ranks)]
         self.interval, self.last = interval, None
+        self.publish([(0, 0)] * ranks)
 
     def refresh(self, t: int, sims: list[ReferenceSim]) -> None:
         """Take the ranks' counts when `interval` ticks have passed since the last time."""
         if self.last is None or t - self.last >= self.interval:
-            self.counts = [[len(s.waiting) + len(s.swapped) + len(s.loading), len(s.running)] for s in sims]
+            self.publish([(len(s.waiting) + len(s.swapped) + len(s.loading), len(s.running)) for s in sims])
             self.last = t
 
+    def publish(self, counts) -> None:
+        """The (waiting, running) counts of every rank, as the DP coordinator publishes them."""
+        self.heap = [(int(w) * WAITING_WEIGHT + int(r), rank) for rank, (w, r) in enumerate(counts)]
+        heapq.heapify(self.heap)
+
     def choose(self) -> int:
-        best, rank = None, 0
-        for i, (waiting, running) in enumerate(self.counts):
-            score = waiting * WAITING_WEIGHT + running
-            if best is None or score < best:
-                best, rank = score, i
-        self.counts[rank][0] += 1
+        score, rank = self.heap[0]
+        heapq.heapreplace(self.heap, (score + WAITING_WEIGHT, rank))
         return rank
 
 

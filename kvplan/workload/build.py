@@ -165,8 +165,8 @@ def _parallel(spec: WorkloadSpec, model: ModelFacts) -> tuple[ModelFacts, Parall
     if not experts:
         raise _fail("parallel.dp", f"{model.spec.name} has no routed experts: vLLM runs its DP ranks as "
                                    "independent engines (no lockstep); simulate them as a fleet of "
-                                   f"{asked.dp} replicas (experiment: fleet; router least_outstanding is the "
-                                   "nearest to vLLM's DP balancer)")
+                                   f"{asked.dp} replicas behind vLLM's DP balancer (experiment: fleet, "
+                                   "router: vllm_dp)")
     if model.gpu is not None and spec.timing.model != "physical":
         raise _fail("timing.model", "a parallel run is timed by the physical model (its MoE terms); remove "
                                     "timing.model: roofline")

@@ -24,6 +24,8 @@ ROUTERS = {
              "+ queue_weight x its queue score; the highest wins",
     "sglang": "SGLang's cache-aware router: the least-loaded replica when the loads are imbalanced, else the "
               "longest prefix match when it covers more than cache_threshold of the prompt, else the least loaded",
+    "vllm_dp": "vLLM's own data-parallel load balancer (vllm serve --data-parallel-size, a dense model's ranks): "
+               "the replica of least waiting x 4 + running, the first on a tie",
 }
 ROUTER_NAMES = tuple(ROUTERS)
 # the keys a router mapping takes: every router's, and each policy's own
