@@ -34,6 +34,10 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
 - Prefix caching: on in vLLM V1 and SGLang (their defaults), off in vLLM V0; every prompt's blocks
   are its own (benchmark prompts share no prefix), so what it changes is preemption: a request
   preempted by recompute finds its freed prompt blocks still cached when it comes back.
+- vLLM's engine: V0 for a release before 0.8, a later one run with VLLM_USE_V1=0, or a run that
+  names no release but whose source is dated before 0.8.0 (source_date; vllm_v0); else V1.
+- A client that sends a single prompt (num_prompts 1, whatever its rate) is a single request, not
+  a burst (one_at_a_time).
 - vLLM V0's multi-step scheduling (--num-scheduler-steps k) admits new requests only between windows
   of k decode steps: TTFT + (k - 1) / 2 x the predicted TPOT.
 - SGLang's runs, by default, as vLLM would serve them (vLLM's pool, limits and scheduler, the
@@ -216,7 +220,7 @@ VLLM_V1_DEFAULT_SINCE = "2025-03-18"
 
 def vllm_v0(entry: dict) -> bool:
     """A vLLM release before 0.8 (V1 the default from 0.8.0), unless the run says it set VLLM_USE_V1;
-    a later release run with VLLM_USE_V1=0 (V0 kept as an option until 0.10); a run that states
+    a later release run with VLLM_USE_V1=0 (V0 still selectable in those releases); a run that states
     no release but whose source is dated before 0.8.0 (source_date, VLLM_V1_DEFAULT_SINCE)."""
     if str(entry["engine"]) != "vllm":
         return False
