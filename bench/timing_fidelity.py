@@ -34,6 +34,10 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
 - Prefix caching: on in vLLM V1 and SGLang (their defaults), off in vLLM V0; every prompt's blocks
   are its own (benchmark prompts share no prefix), so what it changes is preemption: a request
   preempted by recompute finds its freed prompt blocks still cached when it comes back.
+- vLLM's engine: V0 for a release before 0.8, a later one run with VLLM_USE_V1=0, or a run that
+  names no release but whose source is dated before 0.8.0 (source_date; vllm_v0); else V1.
+- A client that sends a single prompt (num_prompts 1, whatever its rate) is a single request, not
+  a burst (one_at_a_time).
 - vLLM V0's multi-step scheduling (--num-scheduler-steps k) admits new requests only between windows
   of k decode steps: TTFT + (k - 1) / 2 x the predicted TPOT.
 - SGLang's runs, by default, as vLLM would serve them (vLLM's pool, limits and scheduler, the
@@ -208,11 +212,26 @@ def _tiered_ceil(x: float, tiers: tuple[tuple[float, int], ...], last: int) -> i
     return step * math.ceil(x / step)
 
 
+# vLLM 0.8.0, the release that made V1 the default engine (vllm-project/vllm#13726), was posted on
+# 2025-03-18 ("vllm 0.8.0 is posted", verl-project/verl#650, 2025-03-19): a run that states no
+# release but is dated before it (source_date) ran V0
+VLLM_V1_DEFAULT_SINCE = "2025-03-18"
+
+
 def vllm_v0(entry: dict) -> bool:
-    """A vLLM release before 0.8 (V1 the default from 0.8.0), unless the run says it set VLLM_USE_V1."""
+    """A vLLM release before 0.8 (V1 the default from 0.8.0), unless the run says it set VLLM_USE_V1;
+    a later release run with VLLM_USE_V1=0 (V0 still selectable in those releases); a run that states
+    no release but whose source is dated before 0.8.0 (source_date, VLLM_V1_DEFAULT_SINCE)."""
+    if str(entry["engine"]) != "vllm":
+        return False
+    notes = str(entry.get("notes"))
+    if re.search(r"VLLM_USE_V1=0", notes):
+        return True
     release = _release(entry.get("engine_version"))
-    return (str(entry["engine"]) == "vllm" and release is not None and release < (0, 8)
-            and not re.search(r"V1", str(entry.get("notes"))))
+    if release is None:
+        date = entry.get("source_date")
+        return bool(date) and str(date) < VLLM_V1_DEFAULT_SINCE and not re.search(r"V1", notes)
+    return release < (0, 8) and not re.search(r"V1", notes)
 
 
 def runtime(entry: dict) -> str:
@@ -477,8 +496,10 @@ def build_case(entry: dict, values: dict | None = None):
         output = np.full(n, max(out_len, 1), dtype=np.int64)
     elif "sharegpt" not in str(setup.get("dataset")).lower() and mean_in:
         # a random dataset whose lengths the source leaves to the client's defaults: every prompt
-        # has the same length, the totals' mean; outputs stop early (no --ignore-eos) at their mean
-        prompt = np.full(n, max(int(round(mean_in)), 1), dtype=np.int64)
+        # has the same length, the stated one or else the totals' mean; outputs stop early (no
+        # --ignore-eos) at their mean (a stated prompt length wins: the printed requests/s the
+        # means divide by is rounded, 0.05 for 0.048)
+        prompt = np.full(n, max(int(setup["input_len"] or round(mean_in)), 1), dtype=np.int64)
         output = np.full(n, max(int(round(mean_out)), 1), dtype=np.int64)
     else:
         prompt, output = sharegpt_lengths(rng, n, mean_in or SHAREGPT_MEANS[0], mean_out or SHAREGPT_MEANS[1])
@@ -649,9 +670,19 @@ def source_group(entry: dict) -> str:
 
 
 def burst(entry: dict) -> bool:
-    """An online run that sends every request at once (no rate, no concurrency limit)."""
+    """An online run that sends every request at once (no rate, no concurrency limit), unless it
+    sends one request only (one_at_a_time)."""
     setup = entry["setup"]
-    return entry["kind"] == "online" and not setup.get("request_rate") and not setup.get("max_concurrency")
+    return (entry["kind"] == "online" and not setup.get("request_rate") and not setup.get("max_concurrency")
+            and not one_at_a_time(entry))
+
+
+def one_at_a_time(entry: dict) -> bool:
+    """A run of one request at a time: a latency benchmark, a client of one (max_concurrency 1), a
+    batch of one, or a client that sends a single prompt (num_prompts 1, whatever its rate)."""
+    setup = entry["setup"]
+    return (entry["kind"] == "latency" or setup.get("max_concurrency") == 1 or setup.get("batch_size") == 1
+            or setup.get("num_prompts") == 1)
 
 
 REGIMES = ("single requests", "light load", "near saturation", "closed loops", "offline tables", "bursts")
@@ -663,7 +694,7 @@ def regime(entry: dict, values: dict | None = None) -> str:
     step model gives in closed form at `values` (cases() passes the shipped constants) (kvplan/model/step_time.steady_state),
     or above it; a closed loop of several clients; an offline table; an all-at-once burst."""
     setup = entry["setup"]
-    if entry["kind"] == "latency" or setup.get("max_concurrency") == 1 or setup.get("batch_size") == 1:
+    if one_at_a_time(entry):
         return "single requests"
     if entry["kind"] == "offline_throughput":
         return "offline tables"

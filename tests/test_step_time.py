@@ -326,6 +326,25 @@ def _bench():
     return bench
 
 
+def test_the_bench_reads_the_engine_and_a_one_prompt_run_from_what_the_run_states():
+    """vLLM's V0 engine: a release before 0.8, a later one run with VLLM_USE_V1=0, or no release
+    but a source dated before 0.8.0 (2025-03-18); a client that sends one prompt is a single
+    request (not a burst), one that sends 1,000 at once a burst."""
+    bench = _bench()
+    run = {"engine": "vllm", "engine_version": None, "notes": ""}
+    assert bench.vllm_v0({**run, "engine_version": "0.6.3.dev116"})
+    assert not bench.vllm_v0({**run, "engine_version": "0.9.2.dev364"})
+    assert bench.vllm_v0({**run, "engine_version": "0.9.2.dev364", "notes": "--env VLLM_USE_V1=0"})
+    assert bench.vllm_v0({**run, "source_date": "2024-10-10"})
+    assert not bench.vllm_v0({**run, "source_date": "2025-06-01"}) and not bench.vllm_v0(run)
+    assert not bench.vllm_v0({**run, "engine": "sglang", "source_date": "2024-10-10"})
+    setup = {"num_prompts": 1, "request_rate": None, "max_concurrency": None, "batch_size": None}
+    one = {"kind": "online", "setup": setup}
+    burst = {"kind": "online", "setup": {**setup, "num_prompts": 1000}}
+    assert bench.regime(one) == "single requests" and not bench.burst(one)
+    assert bench.regime(burst) == "bursts" and bench.burst(burst)
+
+
 def test_the_bench_restates_engine_defaults_and_the_runs_own_output_mean():
     """vLLM V1 and SGLang run with prefix caching (their default; every prompt its own blocks),
     vLLM V0 and TensorRT-LLM without; a run that prints output tokens/s and requests/s but no total
