@@ -19,8 +19,11 @@ shipped (SGLang's runs by vLLM's and by SGLang's own restatement) and with the s
 narrow-expert penalty off (expert_half_width 0, kvplan/model/step_time.py), and with the fused-MoE
 tile model instead of it (timing_fidelity.TILE_MODEL: the kernel's tiles against the GPU's compute
 units). A bias that vLLM's MoE runs on the same vendor's GPUs share is the step model's, not SGLang's.
+--moe --measured-hbm: the same, with the step model reading at the GPUs' measured achievable
+bandwidth (timing_fidelity.MEASURED_HBM) instead of the two expert_half_width 0 columns, alone and
+with the fused-MoE tile model on top of it (timing_fidelity.MEASURED_HBM_TILES).
 
-Run: python bench/sglang_fidelity.py [--workers N] [--quick] [--moe]
+Run: python bench/sglang_fidelity.py [--workers N] [--quick] [--moe [--measured-hbm]]
 """
 
 from __future__ import annotations
@@ -70,9 +73,10 @@ def bias(rows: list[tuple[str, str, dict]], metrics=("throughput", "itl")) -> di
     return out
 
 
-def moe_report(workers: int) -> None:
+def moe_report(workers: int, measured_hbm: bool = False) -> None:
     """--moe: the MoE runs' bias by engine and GPU vendor, shipped, with expert_half_width 0 and with
-    the fused-MoE tile model."""
+    the fused-MoE tile model (--measured-hbm: at the measured bandwidth instead of expert_half_width 0,
+    alone and with the tile model)."""
     from kvplan.calibrate.fit import errors, run_cases
 
     cases = [c for c in T.cases([e for e in T.load_entries() if moe_model(e)]) if c.fitted]
@@ -82,6 +86,14 @@ def moe_report(workers: int) -> None:
                "expert_half_width 0, SGLang's own": {**values, "_sglang": True, "expert_half_width": 0.0},
                "fused-MoE tiles": {**values, "_sglang": False, **T.TILE_MODEL},
                "fused-MoE tiles, SGLang's own": {**values, "_sglang": True, **T.TILE_MODEL}}
+    if measured_hbm:
+        for name in ("expert_half_width 0", "expert_half_width 0, SGLang's own",
+                     "fused-MoE tiles", "fused-MoE tiles, SGLang's own"):
+            del columns[name]
+        columns.update({"measured HBM": {**values, "_sglang": False, **T.MEASURED_HBM},
+                        "measured HBM, SGLang's own": {**values, "_sglang": True, **T.MEASURED_HBM},
+                        "measured HBM + tiles": {**values, "_sglang": False, **T.MEASURED_HBM_TILES},
+                        "measured HBM + tiles, SGLang's own": {**values, "_sglang": True, **T.MEASURED_HBM_TILES}})
     tables = {name: bias([(T.runtime(c.arg), gpu_vendor(c.arg), e)
                           for c, e in zip(cases, errors(run_cases(cases, v, workers)))])
               for name, v in columns.items()}
@@ -109,9 +121,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="no refit: the shipped factors only")
     ap.add_argument("--moe", action="store_true", help="only the MoE runs' bias by engine and GPU vendor")
+    ap.add_argument("--measured-hbm", action="store_true",
+                    help="with --moe: at the GPUs' measured achievable bandwidth (timing_fidelity.MEASURED_HBM)")
     args = ap.parse_args()
     if args.moe:
-        moe_report(args.workers)
+        moe_report(args.workers, args.measured_hbm)
         return
     entries = [e for e in T.load_entries() if T.runtime(e) == "sglang"]
     cases = T.cases(entries)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -172,7 +173,7 @@ def test_gpu_is_frozen():
     assert [f.name for f in dataclasses.fields(GPU)] == [
         "name", "memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "vendor", "sources", "cuda_memory_bytes",
         "peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops", "compute_capability", "gfx_target",
-        "network_bytes_per_s", "compute_units",
+        "network_bytes_per_s", "compute_units", "hbm_achievable_bytes_per_s",
     ]
 
 
@@ -188,7 +189,7 @@ def test_values_positive_and_plausible():
             <= set(gpu.sources) <= {"memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes",
                                     "link_bytes_per_s", "peak_fp8_flops", "mamf_bf16_flops",
                                     "mamf_fp8_flops", "compute_capability", "gfx_target",
-                                    "network_bytes_per_s", "compute_units"}, gpu.name
+                                    "network_bytes_per_s", "compute_units", "hbm_achievable_bytes_per_s"}, gpu.name
         # a scale-out NIC per GPU: HDR InfiniBand (25 GB/s) to 800 Gb/s XDR (100 GB/s), below the NVLink
         assert gpu.network_bytes_per_s == 0 or 12.5e9 <= gpu.network_bytes_per_s <= min(100e9, gpu.link_bytes_per_s)
         assert gpu.link_bytes_per_s == 0 or 10e9 <= gpu.link_bytes_per_s <= 2e12, gpu.name
@@ -367,6 +368,13 @@ def test_catalog_file_round_trips_to_the_loaded_catalog():
      "gpus[0].gfx_target", "no gfx_target on an NVIDIA GPU"),
     (lambda d: d["gpus"][15]["gfx_target"].update(value=9.42), "gpus[15].gfx_target.value", "positive whole number"),
     (lambda d: d["gpus"][9]["compute_units"].update(value=132.5), "gpus[9].compute_units.value", "positive whole number"),
+    (lambda d: d.pop("hbm_default_share"), None, '"hbm_default_share"'),
+    (lambda d: d["hbm_default_share"].update(value=0), "hbm_default_share.value", "share"),
+    (lambda d: d["hbm_default_share"].update(source="median"), "hbm_default_share.source", "where the figure"),
+    (lambda d: d["gpus"][15]["hbm_achievable_bytes_per_s"].update(value=5.4e12),
+     "gpus[15].hbm_achievable_bytes_per_s.value", "at most the data sheet"),
+    (lambda d: d["gpus"][15]["hbm_achievable_bytes_per_s"].update(value=-1),
+     "gpus[15].hbm_achievable_bytes_per_s.value", "positive number"),
 ])  # fmt: skip
 def test_a_wrong_catalog_file_names_the_file_and_field(tmp_path, mutate, field, says):
     path = _catalog_copy(tmp_path, mutate)
@@ -417,6 +425,39 @@ def test_measured_matmul_flops_are_the_cited_table():
                 assert 0.5 * peak < measured < peak, (gpu.name, dtype)  # a data-sheet peak is never reached
                 assert "stas00/ml-engineering" in gpu.sources[f"mamf_{dtype}_flops"]
     assert gpus.MAMF_DEFAULT_SHARE == {"bf16": 0.803, "fp8": 0.740}
+
+
+# Measured copy / STREAM-like bandwidths as their sources print them (GB/s): the best copy-like
+# kernel (copy, scale, add, triad: bytes read and written) over large arrays.
+ACHIEVABLE_GBPS = {
+    "A100-40GB": 1381,  # te42kyfo/gpu-benches gpu-stream/a100_40.txt: scale at 100% occupancy
+    "H100-PCIe": 1832,  # te42kyfo/gpu-benches README, H100-PCIe: triad at 100% occupancy
+    "L40": 816,  # te42kyfo/gpu-benches gpu-stream/l40.txt: scale at its best
+    "B200": 6721,  # NVIDIA/cccl#7391: cub::DeviceTransform babelstream add, F16, 2^28 elements
+    "RTX-5090": 1573,  # NVIDIA/cccl#9881: babelstream triad, I128, 2^28 elements
+    "MI300X": 3910.62, "MI325X": 4287.31, "MI355X": 5690.42,  # rocprofiler-compute memcopy roofline
+}
+
+
+def test_achievable_bandwidth_is_the_cited_measurement_or_the_median_share():
+    """A measured GPU reads at its cited copy figure; any other at the median measured share of its
+    data sheet: the eight shares (0.711 0.715 0.738 0.840 | 0.878 0.888 0.916 0.944) have the median
+    (0.840 + 0.878) / 2 = 0.859."""
+    shares = []
+    for gpu in GPUS.values():
+        measured = ACHIEVABLE_GBPS.get(gpu.name, 0) * 1e9
+        assert gpu.hbm_achievable_bytes_per_s == pytest.approx(measured, rel=1e-12), gpu.name
+        if measured:
+            assert gpu.sources["hbm_achievable_bytes_per_s"], gpu.name
+            shares.append(measured / gpu.hbm_bytes_per_s)
+            assert gpus.achievable_hbm_bytes_per_s(gpu) == gpu.hbm_achievable_bytes_per_s
+        else:
+            assert gpus.achievable_hbm_bytes_per_s(gpu) == pytest.approx(0.859 * gpu.hbm_bytes_per_s)
+    assert 0.7 < min(shares) and max(shares) < 0.95  # a copy never reaches the data sheet
+    assert gpus.HBM_DEFAULT_SHARE == round(statistics.median(shares), 3) == 0.859
+    # the H100's 3.35 TB/s data sheet: 0.859 x 3.35 = 2.878 TB/s; the MI300X's 5.3 measure 3.91
+    assert gpus.achievable_hbm_bytes_per_s(get_gpu("H100-80GB")) == pytest.approx(2.878e12, rel=1e-3)
+    assert gpus.achievable_hbm_bytes_per_s(get_gpu("MI300X")) / 5.3e12 == pytest.approx(0.738, abs=5e-4)
 
 
 # SMs (NVIDIA: the architecture whitepapers and data sheets, CUDA cores / 128 per Ampere GA10x, Ada

@@ -177,6 +177,37 @@ def test_eager_mode_pays_launches_per_layer():
     assert toy(enforce_eager=True).overhead_s == pytest.approx(1e-3 + 10 * 1e-4)
 
 
+def test_the_step_reads_at_the_achievable_bandwidth_when_switched_on():
+    """The toy's 1e9 B of weights and 1e5 B of KV a token on a GPU whose copy reaches 0.8e12 of its
+    1e12 B/s data sheet, at bandwidth_efficiency 1: 1.25 ms of weights and 0.125 us of KV a token
+    with achievable_hbm on, 1 ms and 0.1 us off (the data sheet); a GPU without a measured figure
+    (0) reads at its data sheet either way."""
+    on = replace(UNIT, achievable_hbm=1.0)
+    m = toy(hbm_achievable_bytes_per_s=0.8e12, constants=on)
+    assert m.read_bandwidth() == 0.8e12
+    assert m.linear_s(1) == pytest.approx(1.25e-3)
+    assert m.kv_read_s_per_token == pytest.approx(1.25e-7)
+    assert m.with_constants(UNIT).linear_s(1) == pytest.approx(1e-3)
+    assert toy(constants=on).read_bandwidth() == 1e12
+
+
+def test_step_model_takes_the_gpus_achievable_bandwidth():
+    """H100 SXM: no measured copy, 0.859 x 3.35 TB/s = 2.878 TB/s (gpus.json hbm_default_share);
+    MI300X: AMD's measured 3.911 TB/s; at the shipped bandwidth_efficiency the step reads at that
+    figure times it when achievable_hbm is on, at the data sheet's times it when off."""
+    spec = load_spec("Qwen/Qwen3-30B-A3B")
+    layout, weights = build_layout(spec, "auto", 1), estimate_weights(spec)
+    h100 = step_model(spec, layout, weights, get_gpu("H100-80GB"))
+    mi300x = step_model(spec, layout, weights, get_gpu("MI300X"))
+    assert h100.hbm_achievable_bytes_per_s == pytest.approx(2.878e12, rel=1e-3)
+    assert mi300x.hbm_achievable_bytes_per_s == pytest.approx(3.91062e12)
+    for m in (h100, mi300x):
+        be = m.constants.bandwidth_efficiency
+        for switch, hbm in ((1.0, m.hbm_achievable_bytes_per_s), (0.0, m.hbm_bytes_per_s)):
+            c = replace(m.constants, achievable_hbm=switch)
+            assert m.with_constants(c).read_bandwidth() == pytest.approx(hbm * be)
+
+
 def test_real_models_quantization_and_kv_dtype():
     spec = load_spec("meta-llama/Llama-3.1-8B-Instruct")
     h100, a100 = get_gpu("H100-80GB"), get_gpu("A100-80GB")

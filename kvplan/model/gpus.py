@@ -54,6 +54,19 @@ never reached (clocks fall under the power limit at full load). A GPU the table 
 there, and ``MAMF_DEFAULT_SHARE`` (the median measured / peak share of the table's NVIDIA rows, in the
 file with its source) gives the share of its peak to take instead (kvplan/model/step_time.py).
 
+Achievable memory bandwidth
+---------------------------
+``hbm_achievable_bytes_per_s`` is the memory analogue of MAMF: the best published bandwidth of a copy
+or STREAM-like kernel (copy, scale, add or triad over arrays far larger than the caches, counting the
+bytes read and written) on that GPU, each entry citing its measurement (BabelStream-style nvbench runs
+of NVIDIA's CCCL, RRZE's gpu-stream, AMD's rocprofiler-compute roofline). A data-sheet bandwidth is
+never reached even by a copy, and how close a GPU gets differs by part: the HBM3 / HBM3E MI300-series
+parts measure 0.71-0.74 of their data sheets, NVIDIA's parts 0.84-0.94. A GPU without a measured
+figure has 0 there, and ``HBM_DEFAULT_SHARE`` (the median measured / data-sheet share, in the file with
+its source) gives the share of its data sheet to take instead (``achievable_hbm_bytes_per_s``). The
+step-time model reads weights and KV at this bandwidth times its fitted bandwidth_efficiency
+(kvplan/model/step_time.py).
+
 Compute units
 -------------
 ``compute_units`` is the number of streaming multiprocessors (NVIDIA) or compute units (AMD) that
@@ -84,7 +97,7 @@ CATALOG_FILE = Path(__file__).with_name("gpus.json")
 FIGURES = ("memory_bytes", "hbm_bytes_per_s", "peak_bf16_flops", "cuda_memory_bytes")
 # 0 when absent (no fp8 units; no figure; not measured)
 OPTIONAL = ("peak_fp8_flops", "link_bytes_per_s", "mamf_bf16_flops", "mamf_fp8_flops", "compute_capability",
-            "gfx_target", "network_bytes_per_s", "compute_units")
+            "gfx_target", "network_bytes_per_s", "compute_units", "hbm_achievable_bytes_per_s")
 # whole numbers (bytes; the gfx target; SMs / CUs)
 WHOLE = ("memory_bytes", "cuda_memory_bytes", "gfx_target", "compute_units")
 VENDORS = ("NVIDIA", "AMD")
@@ -113,6 +126,8 @@ class GPU:
     #   the platform's reference design); 0: not stated (kvplan/model/parallel_step.py takes its default)
     compute_units: int = 0  # streaming multiprocessors (NVIDIA) or compute units (AMD) that run a
     #   kernel's thread blocks (kvplan/model/step_time.py: the fused-MoE kernel's tiles); 0: not stated
+    hbm_achievable_bytes_per_s: float = 0.0  # measured: the best published copy / STREAM-like kernel's
+    #   bandwidth (bytes read and written per second); 0: not measured (HBM_DEFAULT_SHARE of the data sheet)
 
     @property
     def memory_gib(self) -> float:
@@ -122,10 +137,12 @@ class GPU:
 @dataclass(frozen=True)
 class Catalog:
     """What the catalog file holds: every GPU with its aliases, in catalog order, and the share of a
-    data-sheet peak taken as the MAMF of a GPU without a measured one, by dtype."""
+    data-sheet peak taken as the MAMF of a GPU without a measured one, by dtype, and the share of the
+    data-sheet memory bandwidth taken as the achievable one of a GPU without a measured one."""
 
     gpus: tuple[tuple[GPU, tuple[str, ...]], ...]
     mamf_default_share: dict[str, float]
+    hbm_default_share: float  # the share of the data-sheet bandwidth a GPU without a measured one reaches
 
 
 def load_catalog(path: Path = CATALOG_FILE) -> Catalog:
@@ -134,31 +151,32 @@ def load_catalog(path: Path = CATALOG_FILE) -> Catalog:
     A wrong file fails with one ConfigError naming the file and the field (`gpus[3].memory_bytes`).
     """
     doc = load_json(read_limited(path, MAX_CATALOG_BYTES, ConfigError, what="the GPU catalog"), path, ConfigError)
-    if (not isinstance(doc, dict) or set(doc) != {"_about", "mamf_default_share", "gpus"}
+    if (not isinstance(doc, dict) or set(doc) != {"_about", "mamf_default_share", "hbm_default_share", "gpus"}
             or not isinstance(doc["gpus"], list)):
-        raise ConfigError('expected an object with "_about", "mamf_default_share" and a list "gpus"', file=path)
+        raise ConfigError('expected an object with "_about", "mamf_default_share", "hbm_default_share" and a list '
+                          '"gpus"', file=path)
     gpus = tuple(_entry(row, path, f"gpus[{i}]") for i, row in enumerate(doc["gpus"]))
-    return Catalog(gpus, _shares(doc["mamf_default_share"], path))
+    return Catalog(gpus, _shares(doc["mamf_default_share"], path),
+                   _share(doc["hbm_default_share"], path, "hbm_default_share"))
 
 
 def _shares(shares, path: Path) -> dict[str, float]:
     if not isinstance(shares, dict) or set(shares) != set(SHARES):
         raise ConfigError(f"expected an object with the keys {', '.join(SHARES)}", file=path,
                           field="mamf_default_share")
-    out = {}
-    for key in SHARES:
-        where = f"mamf_default_share.{key}"
-        share = shares[key]
-        if not isinstance(share, dict) or set(share) != {"value", "source"}:
-            raise ConfigError('expected {"value": number, "source": "where it comes from"}', file=path, field=where)
-        value, source = share["value"], share["source"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise ConfigError("expected a share of the peak, above 0 and at most 1", file=path, field=f"{where}.value")
-        if not isinstance(source, str) or len(source) < 20:
-            raise ConfigError("expected a sentence naming where the figure comes from", file=path,
-                              field=f"{where}.source")
-        out[key] = float(value)
-    return out
+    return {key: _share(shares[key], path, f"mamf_default_share.{key}") for key in SHARES}
+
+
+def _share(share, path: Path, where: str) -> float:
+    if not isinstance(share, dict) or set(share) != {"value", "source"}:
+        raise ConfigError('expected {"value": number, "source": "where it comes from"}', file=path, field=where)
+    value, source = share["value"], share["source"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError("expected a share of the peak, above 0 and at most 1", file=path, field=f"{where}.value")
+    if not isinstance(source, str) or len(source) < 20:
+        raise ConfigError("expected a sentence naming where the figure comes from", file=path,
+                          field=f"{where}.source")
+    return float(value)
 
 
 def _entry(row, path: Path, where: str) -> tuple[GPU, tuple[str, ...]]:
@@ -190,6 +208,9 @@ def _entry(row, path: Path, where: str) -> tuple[GPU, tuple[str, ...]]:
         if not isinstance(source, str) or len(source) < 20:
             raise fail("expected a sentence naming where the figure comes from", f"{key}.source")
         values[key], sources[key] = (value if whole else float(value)), source
+    if values.get("hbm_achievable_bytes_per_s", 0) > values["hbm_bytes_per_s"]:
+        raise fail("expected a measured bandwidth at most the data sheet's hbm_bytes_per_s",
+                   "hbm_achievable_bytes_per_s.value")
     foreign = "gfx_target" if row["vendor"] == "NVIDIA" else "compute_capability"
     if foreign in row:
         raise fail(f"expected no {foreign} on an {row['vendor']} GPU", foreign)
@@ -200,6 +221,14 @@ _CATALOG = load_catalog()
 GPUS: dict[str, GPU] = {gpu.name: gpu for gpu, _ in _CATALOG.gpus}
 ALIASES: dict[str, str] = {alias: gpu.name for gpu, aliases in _CATALOG.gpus for alias in aliases}
 MAMF_DEFAULT_SHARE: dict[str, float] = _CATALOG.mamf_default_share  # "bf16" / "fp8" -> share of the peak
+HBM_DEFAULT_SHARE: float = _CATALOG.hbm_default_share  # share of the data-sheet bandwidth (hbm_achievable_bytes_per_s)
+
+
+def achievable_hbm_bytes_per_s(gpu: GPU) -> float:
+    """The GPU's measured achievable memory bandwidth: its hbm_achievable_bytes_per_s, or for a GPU
+    not measured its data-sheet hbm_bytes_per_s x HBM_DEFAULT_SHARE (both in gpus.json, with their sources)."""
+    return gpu.hbm_achievable_bytes_per_s or gpu.hbm_bytes_per_s * HBM_DEFAULT_SHARE
+
 
 # Words that device names start with but that say nothing about the model ("NVIDIA GeForce RTX 4090",
 # "Tesla V100-SXM2-32GB", "AMD Instinct MI300X").

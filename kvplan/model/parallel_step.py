@@ -205,7 +205,7 @@ class ParallelStep:
         per_expert = self.expert_bytes_whole * f_moe / e
         efficiency = full.gemm_efficiency(group * k / e)
         matmul = full.matmul_flops or full.peak_flops
-        bw = full.hbm_bytes_per_s * full.constants.bandwidth_efficiency
+        bw = full.read_bandwidth()
         if par.expert_parallel:
             local = -(-e // ranks)
             memory = local * touched * per_expert / bw * self._stream(local * touched, group * k / e, self.expert_size)

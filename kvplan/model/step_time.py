@@ -47,6 +47,22 @@ timing profile changes.
   read their bytes as loaded (kvplan/model/weights.py); fp8 weights with fp8 activations (W8A8:
   fp8 checkpoints, compressed-tensors float8 groups, vLLM's online fp8) run at the GPU's fp8 MAMF
   where it has fp8 units; weight-only schemes (GPTQ, AWQ, MXFP4 on Hopper) compute in bf16.
+- HBM: the data sheet's hbm_bytes_per_s (the default), or with achievable_hbm on (a switch, not
+  fitted) the GPU's measured achievable bandwidth: hbm_achievable_bytes_per_s in kvplan/model/
+  gpus.json, the best published copy / STREAM-like kernel on that GPU (BabelStream-style nvbench
+  runs of NVIDIA's CCCL, RRZE's gpu-stream, AMD's rocprofiler-compute roofline; each entry cites
+  its run), or for a GPU not measured HBM_DEFAULT_SHARE (0.859, the median measured share) of its
+  data sheet: the memory analogue of MAMF. How much of the data sheet a copy reaches differs by
+  part: the MI300-series parts 0.71-0.74, NVIDIA's 0.84-0.94, so an MI300X reads 14% slower
+  relative to its data sheet than a GPU at the median. bandwidth_efficiency then means what LLM
+  kernels reach of a copy's figure (refitted: 0.78; bench/timing_fidelity.py MEASURED_HBM). Not
+  the default: held out by source it lowers the error overall (throughput 15.4 -> 11.6%, E2E 20.2
+  -> 17.5%, ITL 19.1 -> 16.7%), of single requests' throughput and E2E, offline tables and ITL in
+  every regime, and moves the SGLang MI300X MoE runs a third of the way (throughput +42% -> +30%),
+  but it loses single requests' TTFT (13.6 -> 15.7%), light-load E2E, near-saturation throughput
+  and E2E, closed loops' E2E and TTFT, and vLLM's MI300X runs (GLM-4.6 throughput -8% -> -13%):
+  what the SGLang MI300X runs lack (+50-76% throughput, -30-70% ITL) is no bandwidth share, and
+  the same GPU's vLLM runs are slow already.
 - The lm_head runs on one token per request: its FLOPs are part of the per-request term.
 - kv_per_token: the KV bytes of one held token on this GPU, at the KV dtype (fp8 KV halves it).
   The engine counts what a step reads: every held token of full-attention layers, and with vLLM's
@@ -119,7 +135,8 @@ timing profile changes.
   request (kvplan/sim/inputs.prepared_chunks); it matters only when requests arrive faster.
 
 Figures of the GPU (HBM bandwidth, dense bf16 and fp8 peaks, link bandwidth) are data-sheet
-values from kvplan/model/gpus.json; its achievable matmul FLOP/s are measured ones
+values from kvplan/model/gpus.json; its achievable matmul FLOP/s and memory bandwidth
+(hbm_achievable_bytes_per_s, read at with achievable_hbm on) are measured ones
 (mamf_bf16_flops, mamf_fp8_flops in the same file, with their source; where none is measured,
 MAMF_DEFAULT_SHARE of the peak). The fields of StepConstants are the global constants fitted on the
 cited measurements of tests/data/step_time_measurements.yaml (bench/timing_fidelity.py --fit, on
@@ -136,7 +153,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from kvplan.model.config_reader import ConfigReader
-from kvplan.model.gpus import GPU, MAMF_DEFAULT_SHARE
+from kvplan.model.gpus import GPU, MAMF_DEFAULT_SHARE, achievable_hbm_bytes_per_s
 from kvplan.model.layout import KVLayout
 from kvplan.model.spec import ModelSpec
 from kvplan.model.weights import WeightEstimate, moe_layers, moe_shape
@@ -149,8 +166,10 @@ class StepConstants:
     # Fitted by bench/timing_fidelity.py --fit on the corpus (bursts left out), each within the
     # range the physics allows (PHYSICAL_RANGES below); what each stands for:
     bandwidth_efficiency: float = 0.67  # share of the data-sheet HBM bandwidth a decode step's weight
-    #   and KV reads reach (STREAM-like copies reach 0.8-0.9; the fit's lower figure also carries
-    #   what a step reads and waits for beyond its GEMMs and attention: norms, rotary, sampling)
+    #   and KV reads reach (STREAM-like copies reach 0.71-0.94 of it by part, gpus.json
+    #   hbm_achievable_bytes_per_s; the fit's lower figure also carries what a step reads and waits for
+    #   beyond its GEMMs and attention: norms, rotary, sampling); with achievable_hbm on, the share of
+    #   the GPU's measured copy figure instead
     gemm_efficiency: float = 0.792  # LLM-shaped GEMMs against the best shape's MAMF (cuBLAS loses to
     #   wave quantization and epilogues on N, K of a few thousand)
     gemm_tile_tokens: float = 128.0  # rows of a GEMM tile (CUTLASS / cuBLAS tiles of 64-256 rows)
@@ -194,6 +213,8 @@ class StepConstants:
     frontend_request_s: float = 0.00845  # the API server's time per request, served one at a time
     stream_token_s: float = 0.000183  # the API server's CPU time per streamed output token (detokenizing,
     #   the SSE chunk, its write), which slows its per-request work as the token rate grows
+    achievable_hbm: float = 0.0  # a switch, not fitted: 1 = weights and KV are read at bandwidth_efficiency x
+    #   the GPU's measured achievable bandwidth (hbm_achievable_bytes_per_s in gpus.json), 0 = x its data sheet's
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -203,6 +224,12 @@ CONSTANTS = StepConstants()
 # What the physics allows each fitted constant (kvplan calibrate and bench/timing_fidelity.py fit
 # inside these; a timing profile outside them is refused). gemm_tile_tokens and
 # eager_overhead_per_layer_s are not fitted (no run in the corpus informs them).
+# bandwidth_efficiency is the share of the data sheet's bandwidth (achievable_hbm off, the default):
+# 0.6-0.92, a STREAM-like copy reaching 0.84-0.94 on NVIDIA's parts (gpus.json). With achievable_hbm
+# on it is the share of a copy's measured figure that LLM kernels reach, 0.65-1.1 (a decode step's
+# weight stream is read-only, and read-only kernels beat a copy's read-and-write mix: 1.06x on an
+# H100 PCIe, 1.2-1.3x on an MI350X; gpus.json sources); its fit there, 0.78 (bench/timing_fidelity.py
+# MEASURED_HBM), lies inside both, so the range stays the default's.
 PHYSICAL_RANGES = {
     "bandwidth_efficiency": (0.6, 0.92), "gemm_efficiency": (0.4, 1.0), "attention_efficiency": (0.3, 0.8),
     "step_overhead_s": (0.1e-3, 6e-3), "request_overhead_s": (1e-6, 80e-6),
@@ -308,6 +335,8 @@ class StepModel:
     #   (vLLM's default from 0.14, SCHEDULER_ASYNC_FROM): its host time overlaps the GPU's
     compute_units: int = 0  # the GPU's SMs / CUs (kvplan/model/gpus.json); 0: not stated (the experts'
     #   tiles then never limit their weight stream)
+    hbm_achievable_bytes_per_s: float = 0.0  # the GPU's measured achievable bandwidth (a copy's; gpus.
+    #   achievable_hbm_bytes_per_s), read at with constants.achievable_hbm on; 0: hbm_bytes_per_s
 
     def with_constants(self, constants: StepConstants) -> "StepModel":
         return replace(self, constants=constants)
@@ -327,8 +356,12 @@ class StepModel:
     def _matmul(self) -> float:
         return self.matmul_flops or self.peak_flops
 
-    def _bandwidth(self) -> float:
-        return self.hbm_bytes_per_s * self.constants.bandwidth_efficiency
+    def read_bandwidth(self) -> float:
+        """Bytes per second a step reads weights and KV at: bandwidth_efficiency x the GPU's achievable
+        bandwidth (constants.achievable_hbm on) or its data-sheet one."""
+        c = self.constants
+        measured = self.hbm_achievable_bytes_per_s if c.achievable_hbm else 0.0
+        return (measured or self.hbm_bytes_per_s) * c.bandwidth_efficiency
 
     def active_experts(self, tokens: int) -> float:
         """Expected distinct experts n tokens choosing top_k of E touch (per MoE layer)."""
@@ -339,7 +372,7 @@ class StepModel:
 
     def linear_parts(self, tokens: int) -> dict:
         """Seconds of the dense and expert GEMMs for `tokens` tokens, each as (memory, compute)."""
-        bw = self._bandwidth()
+        bw = self.read_bandwidth()
         parts = {"dense": (self.dense_bytes / bw,
                            self.dense_flops_per_token * tokens / (self._matmul() * self.gemm_efficiency(tokens)))}
         if self.num_experts and tokens > 0:
@@ -385,7 +418,7 @@ class StepModel:
         every entry against per_token_s, bit for bit)."""
         c = self.constants
         ceiling = c.gemm_efficiency * (c.weight_only_gemm if self.weight_only else 1.0)
-        tile_cap, matmul, bw = c.gemm_tile_tokens, self._matmul(), self._bandwidth()
+        tile_cap, matmul, bw = c.gemm_tile_tokens, self._matmul(), self.read_bandwidth()
         dense_mem, dense_flops = self.dense_bytes / bw, self.dense_flops_per_token
         experts = bool(self.num_experts)
         if experts:
@@ -457,7 +490,7 @@ class StepModel:
 
     @property
     def kv_read_s_per_token(self) -> float:
-        return self.kv_bytes_per_token / self._bandwidth()
+        return self.kv_bytes_per_token / self.read_bandwidth()
 
     @property
     def attention_s_per_pair(self) -> float:
@@ -636,6 +669,7 @@ def step_model(spec: ModelSpec, layout: KVLayout, weights: WeightEstimate, gpu: 
                        for mixer in attends if _short_window(mixer))
     return StepModel(
         hbm_bytes_per_s=gpu.hbm_bytes_per_s,
+        hbm_achievable_bytes_per_s=achievable_hbm_bytes_per_s(gpu),
         peak_flops=gpu.peak_fp8_flops if fp8 else gpu.peak_bf16_flops,
         matmul_flops=achievable_matmul_flops(gpu, fp8),
         attention_flops=gpu.peak_bf16_flops,
