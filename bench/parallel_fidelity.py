@@ -249,22 +249,11 @@ SETS: dict[str, float] = {}
 
 
 def parse_sets(items: list[str]) -> dict[str, float]:
-    """--set items as {constant: value}; a name that is no StepConstants field, or a value that is no
-    number, stops the bench with a one-line error."""
+    """--set items as {constant: value} (timing_fidelity.parse_sets over the StepConstants fields)."""
     from kvplan.model.step_time import CONSTANTS
+    from timing_fidelity import parse_sets as parse
 
-    known = CONSTANTS.to_dict()
-    out = {}
-    for item in items:
-        name, _, value = item.partition("=")
-        try:
-            number = float(value)
-        except ValueError:
-            number = math.nan
-        if name not in known or not math.isfinite(number):
-            raise SystemExit(f"--set {item}: expected NAME=NUMBER with NAME one of {', '.join(sorted(known))}")
-        out[name] = number
-    return out
+    return parse(items, CONSTANTS.to_dict())
 
 
 def main() -> None:

@@ -814,10 +814,11 @@ OLD_DEFAULT = {"bandwidth_efficiency": 0.9, "gemm_efficiency": 0.75, "attention_
                "server:sglang": 0.59, "server:triton": 0.25, "achievable_hbm": 0.0, "_old": True}
 
 
-def parse_sets(items: list[str]) -> dict:
-    """--set NAME=VALUE items as {name: float}; a name that is no step-time constant or factor, or a
-    value that is no number, stops the bench with a one-line error."""
-    known = shipped_values()
+def parse_sets(items: list[str], known=None) -> dict:
+    """--set NAME=VALUE items as {name: float}; a name that is not in `known` (default: the
+    step-time constants and factors this bench fits), or a value that is no number, stops the bench
+    with a one-line error. bench/parallel_fidelity.py parses its --set with it too."""
+    known = shipped_values() if known is None else known
     out = {}
     for item in items:
         name, _, value = item.partition("=")
