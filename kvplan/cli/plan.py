@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvplan.cli.options import JsonOpt, TimingProfileOpt
+from kvplan.cli.options import AcceptanceOpt, JsonOpt, NumSpeculativeTokensOpt, SpeculativeOpt, TimingProfileOpt
 from kvplan.cpus import cpus_available
 from kvplan.errors import UsageError
 from kvplan.workload.routing import ROUTER_NAMES
@@ -59,12 +59,9 @@ def plan(
     plot: Annotated[Optional[Path], typer.Option(help="Write the cost/latency chart (.png or .svg).")] = None,
     html: Annotated[Optional[Path], typer.Option(help="Write a self-contained HTML report: the answer, the chart, the table, the assumptions.")] = None,
     timing_profile: TimingProfileOpt = None,
-    speculative: Annotated[Optional[str], typer.Option(
-        help="Speculative decoding on every replica (vLLM's speculative-config method): eagle, eagle3, mtp, ngram.")] = None,
-    num_speculative_tokens: Annotated[Optional[int], typer.Option(
-        help="With --speculative: draft tokens per step (default 3, or the --acceptance list's length).")] = None,
-    acceptance: Annotated[Optional[str], typer.Option(
-        help="With --speculative: per-position acceptance rates, e.g. 0.8,0.6,0.4 (default: the method's published rate).")] = None,
+    speculative: SpeculativeOpt = None,
+    num_speculative_tokens: NumSpeculativeTokensOpt = None,
+    acceptance: AcceptanceOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Find the cheapest deployment that serves a traffic within latency targets.

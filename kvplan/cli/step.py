@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvplan.cli.options import JsonOpt, KvDtypeOpt, TimingProfileOpt, TpOpt
+from kvplan.cli.options import AcceptanceOpt, JsonOpt, KvDtypeOpt, NumSpeculativeTokensOpt, SpeculativeOpt, TimingProfileOpt, TpOpt
 
 
 def step(
@@ -21,12 +21,9 @@ def step(
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs.")] = False,
     engine: Annotated[str, typer.Option(help="vllm, or sglang: SGLang's host overheads and API server, and its pool for the batch check (kvplan size --engine sglang).")] = "vllm",
     timing_profile: TimingProfileOpt = None,
-    speculative: Annotated[Optional[str], typer.Option(
-        help="Speculative decoding method, vLLM's speculative-config 'method': eagle, eagle3, mtp, ngram.")] = None,
-    num_speculative_tokens: Annotated[Optional[int], typer.Option(
-        help="Draft tokens per step (vLLM's num_speculative_tokens; default 3, or the --acceptance list's length).")] = None,
-    acceptance: Annotated[Optional[str], typer.Option(
-        help="Per-position acceptance rates, e.g. 0.8,0.6,0.4 (default: the method's published rate).")] = None,
+    speculative: SpeculativeOpt = None,
+    num_speculative_tokens: NumSpeculativeTokensOpt = None,
+    acceptance: AcceptanceOpt = None,
     dp: Annotated[int, typer.Option("--dp", "--data-parallel-size", help="vLLM's --data-parallel-size: --batch and --chunk are per DP rank; an MoE's experts split over tp x dp.")] = 1,
     pp: Annotated[int, typer.Option("--pp", "--pipeline-parallel-size", help="vLLM's --pipeline-parallel-size: stages in series, one batch in flight per stage.")] = 1,
     enable_expert_parallel: Annotated[bool, typer.Option("--enable-expert-parallel", help="vLLM's --enable-expert-parallel: whole experts over EP = tp x dp ranks.")] = False,

@@ -4,6 +4,7 @@ concurrency of one DP rank and of all of them (kvplan/model/parallel_size.py).""
 from __future__ import annotations
 
 from kvplan.report.output import console, print_table
+from kvplan.report.step_view import ms
 from kvplan.units import format_bytes
 
 
@@ -54,7 +55,7 @@ def render_parallel_step(r: dict) -> None:
     table.add_column(f"decode, stage {p['decode_slowest_stage']}", justify="right")
     table.add_column(f"prefill, stage {p['prefill_slowest_stage']}", justify="right")
     for key, label in STEP_TERMS:
-        table.add_row(label, f"{r['decode_s'][key] * 1e3:,.3f} ms", f"{r['prefill_s'][key] * 1e3:,.3f} ms")
+        table.add_row(label, ms(r["decode_s"][key]), ms(r["prefill_s"][key]))
     print_table(out, table)
     out.print(f"decode: {p['decode_tokens_per_s_total']:,.0f} tokens/s over all {p['dp']} DP ranks, "
               f"{p['decode_tokens_per_s_per_gpu']:,.0f} per GPU; a request's token every "

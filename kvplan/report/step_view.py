@@ -19,7 +19,8 @@ TERMS = (
 )
 
 
-def _ms(seconds: float) -> str:
+def ms(seconds: float) -> str:
+    """A duration in milliseconds, three decimals (the step tables' cells)."""
     return f"{seconds * 1e3:,.3f} ms"
 
 
@@ -57,14 +58,14 @@ def render_step(r: dict) -> None:
     table.add_column(f"decode: {r['batch']} x {r['context']:,} tokens", justify="right")
     table.add_column(f"prefill: {r['chunk']:,}-token chunk", justify="right")
     for key, label in TERMS:
-        table.add_row(label, _ms(r["decode_s"][key]), _ms(r["prefill_s"][key]))
+        table.add_row(label, ms(r["decode_s"][key]), ms(r["prefill_s"][key]))
     table.add_row("tokens/s", f"{r['decode_tokens_per_s']:,.0f}", f"{r['prefill_tokens_per_s']:,.0f}")
     print_table(out, table)
     api = r["api_server_s"]
-    out.print(f"API server (outside the steps): {_ms(api['per_request'])} of a request's TTFT and E2E, "
-              f"{_ms(api['while_decode_streams'])} while this decode streams {r['decode_tokens_per_s']:,.0f} "
+    out.print(f"API server (outside the steps): {ms(api['per_request'])} of a request's TTFT and E2E, "
+              f"{ms(api['while_decode_streams'])} while this decode streams {r['decode_tokens_per_s']:,.0f} "
               f"tokens/s at {api['per_streamed_token'] * 1e6:,.0f} us a token; requests taken in one at a "
-              f"time, {_ms(api['intake_one_at_a_time'])} each")
+              f"time, {ms(api['intake_one_at_a_time'])} each")
     for line in _memory_lines(r):
         out.print(line)
     if r.get("speculative"):
@@ -87,15 +88,15 @@ def _render_speculative(out, r: dict) -> None:
               f"acceptance per position {rates} ({source}): {st['tokens_per_request_step']:.2f} tokens a request "
               f"a step; the draft's KV adds {sp['draft_kv_bytes_per_token']:,} bytes a token"
               f"{_draft_weights(sp)}")
-    out.print(f"  at batch {r['batch']}: verify {st['tokens_verified']:,} tokens {_ms(st['verify_s'])} + draft "
-              f"{_ms(st['draft_s'])} = step {_ms(st['step_s'])}; TPOT {_ms(st['tpot_s'])} against "
-              f"{_ms(st['tpot_plain_s'])} without ({st['speedup']:.2f}x), {st['output_tokens_per_s']:,.0f} output "
+    out.print(f"  at batch {r['batch']}: verify {st['tokens_verified']:,} tokens {ms(st['verify_s'])} + draft "
+              f"{ms(st['draft_s'])} = step {ms(st['step_s'])}; TPOT {ms(st['tpot_s'])} against "
+              f"{ms(st['tpot_plain_s'])} without ({st['speedup']:.2f}x), {st['output_tokens_per_s']:,.0f} output "
               f"tokens/s against {st['output_tokens_per_s_plain']:,.0f}")
     table = Table(title="Speedup as the batch grows", title_justify="left")
     for name in ("batch", "TPOT", "TPOT without", "speedup"):
         table.add_column(name, justify="right")
     for row in sp["by_batch"]:
-        table.add_row(str(row["batch"]), _ms(row["tpot_s"]), _ms(row["tpot_plain_s"]), f"{row['speedup']:.2f}x")
+        table.add_row(str(row["batch"]), ms(row["tpot_s"]), ms(row["tpot_plain_s"]), f"{row['speedup']:.2f}x")
     print_table(out, table)
 
 
