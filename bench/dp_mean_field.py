@@ -59,7 +59,8 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             lock = simulate(wl, wl.allocators[0])
             t1 = time.perf_counter()
-            fast = simulate(mean_field(wl), wl.allocators[0])
+            one, setup = mean_field(wl, wl.allocators[0])
+            fast = simulate(one, wl.allocators[0], setup=setup)
             t2 = time.perf_counter()
             row = {"case": name, "requests": args.count, "lockstep_s": t1 - t0, "mean_field_s": t2 - t1}
             for metric in ("ttft", "tpot"):

@@ -51,7 +51,7 @@ import numpy as np
 
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.sim.metrics import RawRun, ServeResult, build_result
-from kvplan.sim.parallel_clock import shared_moe_ticks
+from kvplan.sim.parallel_clock import mean_field_clock, shared_moe_ticks
 from kvplan.sim.reference import Req, ReferenceSim, reference_sim
 from kvplan.sim.sampling import TIMELINE_POINTS, TimelineSampler
 from kvplan.sim.timing import TICKS_PER_SECOND
@@ -203,14 +203,19 @@ class LockstepSim:
                 "moe_shared_time": self.moe_ticks / clock.ticks_per_unit if clock.timed else None}
 
 
-def mean_field(workload: Workload) -> Workload:
-    """`workload` (with `parallel:`) as one rank's fast-engine run: the mean-field clock
-    (kvplan/sim/parallel_clock.py) and 1 / D of the traffic (arrival times D times as far apart;
-    Poisson arrivals thinned at random by the balancer are Poisson at 1 / D of the rate)."""
+def mean_field(workload: Workload, allocator: AllocatorSpec):
+    """`workload` (with `parallel:`) as one rank's fast-engine run, for bench/dp_mean_field.py: the
+    workload without its ranks, 1 / D of the traffic (arrival times D times as far apart; Poisson
+    arrivals thinned at random by the balancer are Poisson at 1 / D of the rate), and the setup
+    engine.simulate takes with it, its clock the mean-field one (kvplan/sim/parallel_clock.py)."""
+    from kvplan.sim.inputs import make_setup
+
     run = workload.parallel
     dp, base = run.par.dp, workload.make_requests
     make = lambda: (replace(c, arrival=c.arrival * dp) for c in base())  # noqa: E731
-    return replace(workload, parallel=replace(run, mean_field=True), make_requests=make)
+    one = replace(workload, parallel=None, make_requests=make)
+    setup = make_setup(one, allocator)
+    return one, replace(setup, clock=mean_field_clock(setup.clock, run.step, dp))
 
 
 def simulate_data_parallel(workload: Workload, allocator: AllocatorSpec, *, progress=None,

@@ -348,7 +348,7 @@ def simulate(workload: Workload, allocator: AllocatorSpec, *,
     (a search that needs only a verdict stops once it is certain).
     """
     setup = make_setup(workload, allocator) if setup is None else setup
-    if workload.parallel is not None and not workload.parallel.mean_field:  # DP ranks in lockstep: data_parallel.py
+    if workload.parallel is not None:  # DP ranks in lockstep: data_parallel.py
         from kvplan.sim.data_parallel import simulate_data_parallel
 
         return simulate_data_parallel(workload, allocator, progress=progress, record_requests=record_requests,

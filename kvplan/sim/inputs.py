@@ -23,7 +23,6 @@ from kvplan.memory.contiguous import POLICIES, reservation
 from kvplan.sim.offload import OffloadSetup, offload_setup
 from kvplan.sim.prefix_ids import ChunkIds, PrefixTrie
 from kvplan.sim.speculative import SpecSetup, spec_setup
-from kvplan.sim.parallel_clock import mean_field_clock
 from kvplan.sim.timing import StepClock, make_clock
 from kvplan.workload.pool_rules import HybridBlocks, hybrid_rule, pool_bytes, usable_blocks
 from kvplan.workload.records import SchedulerConfig, SglangConfig, Workload
@@ -118,9 +117,6 @@ def _make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
     _check_scheduler(s)
     slots = _int_at_least(workload.pool.slots, 1, "pool.slots")
     clock = make_clock(workload.timing, workload.pool, s.max_num_batched_tokens)
-    run = workload.parallel
-    if run is not None and run.mean_field:  # one DP rank standing for all (kvplan/sim/parallel_clock.py)
-        clock = mean_field_clock(clock, run.step, run.par.dp)
     if workload.sglang is not None:
         return _sglang_setup(workload, allocator, clock, slots)
     if allocator.kind == "paged":

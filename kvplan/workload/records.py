@@ -26,16 +26,11 @@ class ParallelRun:
     par: Any
     asked: Any  # kvplan.workload.spec.ParallelSpec
     step: Any = None  # kvplan.model.parallel_step.ParallelStep, with a GPU
-    mean_field: bool = False  # True: one rank's engine on its share of the traffic, its clock with every
-    #   rank's MoE time at its own batch (kvplan/sim/parallel_clock.py; measured by bench/dp_mean_field.py,
-    #   not used by the CLI)
 
     def to_dict(self) -> dict:
         out = {**self.par.to_dict(), **{k: v for k, v in self.asked.to_dict().items() if k not in ("dp", "pp")}}
         if self.step is not None:
             out["network_bytes_per_s"] = self.step.network
-        if self.mean_field:
-            out["mean_field"] = True
         return out
 
 
