@@ -260,13 +260,7 @@ def _parallel(model: str, dp: str, expert_parallel: str, network_gbps, engines: 
     from kvplan.model.parallel import MAX_DEGREE
 
     dps = list(dict.fromkeys(_int(d, "--dp", 1, MAX_DEGREE) for d in dp.split(",")))
-    eps = []
-    for word in expert_parallel.split(","):
-        w = word.strip().lower()
-        if w not in ("on", "off"):
-            raise UsageError(f"expected on, off or on,off, got {expert_parallel!r}", field="--expert-parallel")
-        eps.append(w == "on")
-    eps = list(dict.fromkeys(eps))
+    eps = list(dict.fromkeys(_switch(word, "--expert-parallel") for word in expert_parallel.split(",")))
     if network_gbps is not None and not _finite(network_gbps, 1, 10_000):
         raise UsageError(f"expected Gb/s per GPU from 1 to 10,000, got {network_gbps}", field="--network-gbps")
     from kvplan.model.parallel_step import ALL2ALL_BACKENDS
@@ -379,10 +373,11 @@ def _quantizations(text: str, model: str) -> list[str]:
     return out or ["none"]
 
 
-def _switch(text: str) -> bool:
+def _switch(text: str, field: str = "--prefix-caching") -> bool:
+    """One word of an on / off / on,off flag."""
     word = text.strip().lower()
     if word not in ("on", "off"):
-        raise UsageError(f"expected on, off or on,off, got {text!r}", field="--prefix-caching")
+        raise UsageError(f"expected on, off or on,off, got {text!r}", field=field)
     return word == "on"
 
 
