@@ -4,9 +4,9 @@ Reads tests/data/parallel_measurements.yaml (every number copied from its cited 
 each entry with kvplan's models, as the entry's `kind` says:
 - kv_pool: `kvplan size` with --dp/--pp/--enable-expert-parallel (kvplan/model/parallel_size.py),
   vLLM's "Available KV cache memory" of each pipeline stage;
-- tpot: the parallel step model (kvplan/model/parallel_step.py) of a server in steady state at a
-  fixed concurrency: the decode step of batch_per_dp_rank requests, plus the extra time of the steps
-  that also prefill a replacing request's prompt, spread over the output tokens (predict_tpot);
+- tpot: the benchmark's closed loop of `concurrency` clients (aiperf, as aiconfigurator runs it:
+  AIPERF_ROUNDS) through kvplan's serve engine, DP ranks in lockstep (kvplan/sim/data_parallel.py)
+  on the parallel step model (kvplan/model/parallel_step.py): mean TPOT (predict_tpot);
 - decode_throughput: the parallel step model's decode tokens/s per GPU at the stated batch;
 - prefill_throughput: the parallel step model's prefill tokens/s per GPU of a prefill-only
   deployment, steps of tokens_per_rank prompt tokens on every DP rank (predict_prefill);
@@ -25,7 +25,7 @@ median |error| per source, per regime (memory, prefill, decode, DP, PP: regime()
 and overall, over all rows and over the step-time rows (the issue's target: a median error of at
 most 15%); a source's many rows count once in "the median of the per-source medians".
 
-Run: python bench/parallel_fidelity.py [--set NAME=VALUE ...]
+Run: python bench/parallel_fidelity.py [--set NAME=VALUE ...] [--workers N]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import hashlib
 import math
 import statistics
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -113,21 +114,77 @@ def _slowest(model, **terms) -> float:
     return max(model.stage_breakdown(s, **terms)["total"] for s in range(len(model.stages)))
 
 
+# The client of the tpot entries (aiconfigurator's silicon rows): aiperf in a closed loop, as
+# aiconfigurator's generated benchmark runs it (ai-dynamo/aiconfigurator at 095f58a,
+# src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2: `aiperf profile
+# --concurrency C --num-requests C x 20 --warmup-request-count C x 2 --isl/--osl` with stddev 0
+# (deployment_config.yaml), ignore_eos, streaming). The C requests of a round after the first are
+# alike in a closed loop of equal requests, and the last round drains (its later requests decode
+# with fewer beside them): 22 rounds of two rows through kvplan's engine gave 45.0, then 53.5 x 20,
+# then 41.1 ms (DP8, 8192/1024, C 64) and 26.0, 26.2-26.4 x 20, 26.0 ms (TP8, 1024/1024, C 32). So
+# the warm-up and two rounds are run, and aiperf's mean over its 20 is restated as 19 of the first
+# measured round and one of the last (the whole 22 rounds would take minutes a row).
+AIPERF_WARMUP_ROUNDS = 2
+AIPERF_ROUNDS = 20
+
+
+def _tpot_workload(entry: dict, directory: Path):
+    """kvplan's serve workload of a tpot entry (the lockstep DP engine, kvplan/sim/data_parallel.py,
+    even for one rank: EP's experts are priced there), with the bench's parallel step model (the
+    engine's constants and --set) in place of the file's. vLLM's scheduler and pool defaults for the
+    GPU stand for the engine's (TensorRT-LLM's own scheduler is not modelled)."""
+    from kvplan.experiments import load as load_workload
+
+    s, p = entry["setup"], entry["parallel"]
+    requests = (AIPERF_WARMUP_ROUNDS + 2) * s["concurrency"]
+    path = directory / f"{entry['id']}.yaml"
+    path.write_text(f"model: {entry['model']}\ngpu: {entry['gpu']}\ntp: {p['tp']}\n"
+                    + (f"quantization: {entry['quantization']}\n" if entry.get("quantization") else "")
+                    + "pool: {gpu_memory_utilization: 0.9}\n"
+                    f"requests: {{count: {requests}, prompt: {{dist: fixed, value: {s['isl']}}}, "
+                    f"output: {{dist: fixed, value: {s['osl']}}}}}\n"
+                    f"parallel: {{dp: {p['dp']}, enable_expert_parallel: {str(p['enable_expert_parallel']).lower()}}}\n",
+                    encoding="utf-8")
+    workload = load_workload(path)
+    step = _step(entry, _async(entry))
+    return replace(workload, parallel=replace(workload.parallel, step=step),
+                   timing=replace(workload.timing, step=step.stages[0][2]))
+
+
 def predict_tpot(entry: dict) -> float:
-    """Mean TPOT of a server at a fixed concurrency: each step decodes the batch, and one step in
-    osl / batch also prefills a new prompt of isl tokens (a chunk of its own, as large as the budget
-    allows): its extra time is spread over the output tokens. With DP attention the MoE layers
-    synchronise the DP ranks, so a prefill on any of them stalls all: dp times as many. (Spreading
-    the prompt's tokens evenly over every step instead would touch most experts at every step.)"""
+    """Mean TPOT of the closed loop the entry measured (AIPERF_WARMUP_ROUNDS, AIPERF_ROUNDS): C clients,
+    each sending its next request when its answer is back (kvplan/calibrate/runs.run_benchmark, as
+    bench/timing_fidelity.py restates closed loops), through kvplan's serve engine; a request's TPOT
+    is (last token - first token) / (output - 1), averaged over a round. With DP attention each
+    rank schedules its own queue, so the prefills of several ranks share a lockstep step (a steady
+    state in which one rank prefills while the others wait, priced before, was 2-3x too slow on
+    8,192-token prompts)."""
+    import tempfile
+
+    from kvplan.calibrate.runs import run_benchmark
+    from kvplan.workload.chunks import RequestChunk
+
     s = entry["setup"]
-    model = _step(entry, _async(entry))
-    b, isl, osl, dp = s["batch_per_dp_rank"], s["isl"], s["osl"], entry["parallel"]["dp"]
-    read = b * _read(model, 0, isl + osl / 2)
-    decode = _slowest(model, tokens=b, requests=b, kv_read=read, pairs=0)
-    mixed = _slowest(model, tokens=b + isl, requests=b + 1, kv_read=read, pairs=isl * (isl + 1) // 2,
-                     group_tokens=isl + dp * b)  # one DP rank prefills, the others decode
-    prefills_per_step = min(dp * b / osl, 1.0)
-    return (decode + prefills_per_step * (mixed - decode)) * entry["parallel"]["pp"] * 1e3
+    clients = s["concurrency"]
+    with tempfile.TemporaryDirectory() as directory:
+        workload = _tpot_workload(entry, Path(directory))
+    n = workload.num_requests
+
+    def build(arrival, max_num_seqs=None):
+        sched = workload.scheduler
+        if max_num_seqs is not None:  # the capped first run: C requests in the engine, over its ranks
+            per_rank = max(1, max_num_seqs // entry["parallel"]["dp"])
+            sched = replace(sched, max_num_seqs=min(per_rank, sched.max_num_seqs))
+        chunk = RequestChunk(np.asarray(arrival, dtype=float), np.full(n, s["isl"], dtype=np.int64),
+                             np.full(n, s["osl"], dtype=np.int64))
+        return replace(workload, scheduler=sched, make_requests=lambda: iter([chunk]))
+
+    result = run_benchmark(build, np.zeros(n), workload.allocators[0], clients)
+    cols = result.requests.columns
+    tpot = (cols["finish"] - cols["first_token"]) / np.maximum(cols["output"] - 1, 1)
+    steady, last = (float(tpot[i * clients:(i + 1) * clients].mean())
+                    for i in (AIPERF_WARMUP_ROUNDS, AIPERF_WARMUP_ROUNDS + 1))
+    return ((AIPERF_ROUNDS - 1) * steady + last) / AIPERF_ROUNDS * 1e3
 
 
 def hbm_floor_ms(entry: dict) -> float:
@@ -262,14 +319,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="predict with these step-time constants instead of the shipped ones (repeatable)")
-    SETS.update(parse_sets(ap.parse_args().set))
+    ap.add_argument("--workers", type=int, default=2, help="processes for the closed-loop runs of the tpot entries")
+    args = ap.parse_args()
+    SETS.update(parse_sets(args.set))
     entries = load()
     held = held_out_sources(entries)
     rows = []
+    with ProcessPoolExecutor(max(args.workers, 1), initializer=SETS.update, initargs=(dict(SETS),)) as pool:
+        predictions = list(pool.map(predict, entries))
     print(f"{'entry':58} {'part':8} {'regime':7} {'quantity':18} {'measured':>10} {'kvplan':>10} {'error':>7}")
-    for e in entries:
+    for e, predicted in zip(entries, predictions):
         part = "held out" if e["source_group"] in held else "rest"
-        for quantity, got, pred in predict(e):
+        for quantity, got, pred in predicted:
             err = pred / got - 1
             rows.append((e["source_group"], regime(e), part, err))
             print(f"{e['id'][:58]:58} {part:8} {regime(e):7} {quantity:18} {got:>10,.2f} {pred:>10,.2f} {err:>+7.1%}")

@@ -214,7 +214,7 @@ RUNS: dict[str, Run] = {
                         "--tpot-p99 0.04 --gpu L40S,H100-80GB --engine vllm,sglang", columns=100),
     "sglang-memory": Run("python bench/sglang_memory_fidelity.py"),
     "speculative-fidelity": Run("python bench/speculative_fidelity.py"),
-    "parallel-fidelity": Run("python bench/parallel_fidelity.py"),
+    "parallel-fidelity": Run("python bench/parallel_fidelity.py", slow=True),
     "vllm-memory": Run("python bench/vllm_memory_fidelity.py"),
     "timing-fidelity": Run("python bench/timing_fidelity.py", slow=True),
 }

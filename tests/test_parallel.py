@@ -264,3 +264,28 @@ def test_parallel_corpus_is_cited_and_held_out_by_source():
         if e["kind"] == "prefill_throughput" and e["parallel"].get("expert_imbalance") == 1.0:
             got = pf.predict_prefill(e)
             assert got == pytest.approx(e["measured"]["input_tokens_per_s_per_gpu"], rel=0.15), e["id"]
+
+
+def test_a_one_client_closed_loop_decodes_at_the_parallel_step_models_pace():
+    """bench/parallel_fidelity.py restates a tpot entry as its closed loop through kvplan's serve
+    engine (the lockstep engine, even for one rank). One client sends its requests one after the
+    other, so each decodes alone: its TPOT is the mean of the parallel step model's batch-1 decode
+    steps over the contexts it passes (512 + 1 .. 512 + 63), priced here by stage_breakdown directly."""
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        import parallel_fidelity as pf
+    finally:
+        sys.path.remove(str(bench))
+    entry = {"id": "one-client", "model": "Qwen/Qwen3-30B-A3B", "gpu": "H100-80GB", "engine": "vllm",
+             "engine_version": "0.11.0", "quantization": None,
+             "parallel": {"tp": 1, "dp": 1, "pp": 1, "enable_expert_parallel": True, "all2all_backend": None,
+                          "enable_dbo": False},
+             "setup": {"isl": 512, "osl": 64, "batch_per_dp_rank": 1, "concurrency": 1}}
+    model = pf._step(entry, pf._async(entry))
+    steps = [model.stage_breakdown(0, tokens=1, requests=1, kv_read=pf._read(model, 0, 512 + k), pairs=0)["total"]
+             for k in range(1, 64)]
+    assert pf.predict_tpot(entry) == pytest.approx(sum(steps) / len(steps) * 1e3, rel=1e-4)
