@@ -165,6 +165,8 @@ def predict_tpot(entry: dict) -> float:
     from kvplan.workload.chunks import RequestChunk
 
     s = entry["setup"]
+    if entry["parallel"]["pp"] > 1:
+        raise ValueError(f"{entry['id']}: a tpot entry with pipeline stages (kvplan's serve engine runs none)")
     clients = s["concurrency"]
     with tempfile.TemporaryDirectory() as directory:
         workload = _tpot_workload(entry, Path(directory))
