@@ -215,6 +215,7 @@ RUNS: dict[str, Run] = {
     "sglang-memory": Run("python bench/sglang_memory_fidelity.py"),
     "speculative-fidelity": Run("python bench/speculative_fidelity.py"),
     "parallel-fidelity": Run("python bench/parallel_fidelity.py", slow=True),
+    "engine-pairs": Run("python bench/engine_pairs.py"),
     "vllm-memory": Run("python bench/vllm_memory_fidelity.py"),
     "timing-fidelity": Run("python bench/timing_fidelity.py", slow=True),
 }
@@ -546,7 +547,7 @@ def sglang_prefix(out: Out) -> str:
 
 
 def engine_fidelity(out: Out) -> str:
-    """SGLang's start-up memory, speculative decoding and EP/DP/PP against their cited corpora."""
+    """SGLang's start-up memory, speculative decoding, EP/DP/PP and the vLLM-or-SGLang pairs against their cited corpora."""
     import yaml
 
     sg = out["sglang-memory"]
@@ -568,6 +569,13 @@ def engine_fidelity(out: Out) -> str:
     prefill = re.search(r"^  prefill +(\S+) over +(\d+)", pa, re.M)
     pa_sources = len(re.findall(r"^  \S+ +(?:held out|rest) ", pa, re.M))
     require(step is not None and memory is not None and prefill is not None, "bench/parallel_fidelity.py changed")
+    ep = out["engine-pairs"]
+    named = {k: re.search(rf"^  {k} +same engine in (\d+) of (\d+) clear pairs; (\d+) near ties", ep, re.M)
+             for k in ("tpot", "ttft", "throughput")}
+    per_engine = {k: re.search(rf"^  {k} +all +\( *(\d+)\) +(\S+) +(\S+) +(\S+)", ep, re.M) for k in ("vllm", "sglang")}
+    require(all(named.values()) and all(per_engine.values()), "bench/engine_pairs.py no longer prints its scores")
+    n = {k: v.groups() for k, v in named.items()}
+    e = {k: v.groups() for k, v in per_engine.items()}
     m = {k: v.groups() for k, v in med.items()}
     return "\n\n".join([
         prose(f"**SGLang's start-up memory** (`python bench/sglang_memory_fidelity.py`, {len(logs)} cited logs "
@@ -586,6 +594,13 @@ def engine_fidelity(out: Out) -> str:
               f"step times {step.group(3)} on the sources not held out ({step.group(4)}) but {step.group(1)} on the "
               f"held-out ones ({step.group(2)}: TensorRT-LLM's DeepSeek-R1 decode and vLLM V0 pipelines over "
               "PCIe), short of the 15% the model is meant to reach."),
+        prose(f"**vLLM or SGLang** (`python bench/engine_pairs.py`: {e['vllm'][0]} pairs of runs of both engines on "
+              "one setup, Qwen3-32B on H100 at TP 2-8, from one harness, no constant fitted to them): kvplan names "
+              f"the engine with the lower TPOT in {n['tpot'][0]} of {n['tpot'][1]} pairs, the lower TTFT in "
+              f"{n['ttft'][0]} of {n['ttft'][1]}, and the higher throughput in {n['throughput'][0]} of "
+              f"{n['throughput'][1]} pairs where the engines differ by 5% or more ({n['throughput'][2]} are closer). "
+              f"Median |error| of TPOT, TTFT and throughput: vLLM {e['vllm'][1]}, {e['vllm'][2]}, {e['vllm'][3]}; "
+              f"SGLang {e['sglang'][1]}, {e['sglang'][2]}, {e['sglang'][3]}."),
     ])
 
 
@@ -684,7 +699,8 @@ BLOCKS: dict[str, Block] = {
     "plan-engines": console("plan-engines", answer, fence=""),
     "size-ep": console("size-ep", lines_from("Parallelism:")),
     "step-speculative": console("step-speculative", lines_from("Speculative decoding:", "async scheduling")),
-    "engine-fidelity": Block(("sglang-memory", "speculative-fidelity", "parallel-fidelity"), engine_fidelity),
+    "engine-fidelity": Block(("sglang-memory", "speculative-fidelity", "parallel-fidelity", "engine-pairs"),
+                             engine_fidelity),
     "vllm-memory": Block(("vllm-memory",), vllm_memory),
     "timing-fidelity": Block(("timing-fidelity",), timing_fidelity),
     "kwon-figure2": Block(("kwon",), kwon_figure2),

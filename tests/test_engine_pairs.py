@@ -1,0 +1,68 @@
+"""bench/engine_pairs.py: vLLM and SGLang on the same setup, as `plan --engine vllm,sglang` compares
+them, against the pairs of tests/data/engine_pairs.yaml (no constant fitted to them)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = ROOT / "tests" / "data" / "engine_pairs_baseline.json"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import engine_pairs
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return engine_pairs
+
+
+def test_every_pair_is_two_quoted_rows_of_the_same_setup(bench):
+    """Each run is a whole CSV row of its cited line; the two rows of a pair share the model, the
+    system, TP, lengths and concurrency (the file's selection rule), differ in the engine, and the
+    figures are the rows' own."""
+    pairs = bench.load()
+    assert len(pairs) == 34 and len({p["id"] for p in pairs}) == 34
+    for p in pairs:
+        keys = set()
+        for engine in ("vllm", "sglang"):
+            run = p[engine]
+            assert re.fullmatch(r"https://github\.com/ai-dynamo/aiconfigurator/blob/[0-9a-f]{40}/\S+\.csv#L\d+",
+                                run["source"]), p["id"]
+            row = next(csv.reader(io.StringIO(run["quote"])))
+            concurrency = re.search(r"silicon_concurrency=(\d+)", row[1])[1]
+            backend, version, model, system, mode, isl, osl = row[2], row[3], row[4], row[5], row[7], row[8], row[9]
+            assert (backend, version, mode) == (engine, run["version"], "agg"), p["id"]
+            assert run["ttft_ms"] == pytest.approx(float(row[-2]), abs=1e-4), p["id"]
+            assert run["tpot_ms"] == pytest.approx(float(row[-1]), abs=1e-4), p["id"]
+            keys.add((model, system, int(row[13]), int(isl), int(osl), int(concurrency)))
+        assert keys == {(p["model"], "h100_sxm", p["tp"], p["input_len"], p["output_len"], p["concurrency"])}, p["id"]
+
+
+def test_the_throughput_of_a_closed_loop_by_hand(bench):
+    """16 clients, 128-token answers of TTFT 200 ms and TPOT 20 ms: each request takes 0.2 + 127 x
+    0.02 = 2.74 s, so 16 x 128 / 2.74 = 747.4 output tokens/s."""
+    pair = {"concurrency": 16, "output_len": 128}
+    assert bench.throughput(pair, 200.0, 20.0) == pytest.approx(16 * 128 / 2.74)
+    assert bench.better("throughput", 1.0, 2.0) == "sglang" and bench.better("tpot", 1.0, 2.0) == "vllm"
+
+
+def test_no_score_gets_worse_than_the_stored_baseline(bench):
+    """A guard, not a target: bench/engine_pairs.py --json stored each engine's median |error|, the
+    SGLang / vLLM ratio's, and the clear pairs where kvplan names the measured engine. A change that
+    makes an error worse by more than 2 points, or names the engine right less often, fails here."""
+    _, results = bench.run(workers=1)
+    got, stored = bench.scores(results), json.loads(BASELINE.read_text(encoding="utf-8"))
+    assert set(got) == set(stored)
+    worse = [f"{k}: {got[k]} against {v}" for k, v in stored.items()
+             if (got[k] < v if k.startswith("named") else got[k] > v + 0.02)]
+    assert worse == []
