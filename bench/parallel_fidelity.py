@@ -140,6 +140,7 @@ def _tpot_workload(entry: dict, directory: Path):
     path = directory / f"{entry['id']}.yaml"
     path.write_text(f"model: {entry['model']}\ngpu: {entry['gpu']}\ntp: {p['tp']}\n"
                     + (f"quantization: {entry['quantization']}\n" if entry.get("quantization") else "")
+                    + (f"kv_dtype: {s['kv_cache_dtype']}\n" if s.get("kv_cache_dtype") else "")
                     + "pool: {gpu_memory_utilization: 0.9}\n"
                     f"requests: {{count: {requests}, prompt: {{dist: fixed, value: {s['isl']}}}, "
                     f"output: {{dist: fixed, value: {s['osl']}}}}}\n"
@@ -191,15 +192,18 @@ def predict_tpot(entry: dict) -> float:
 
 def hbm_floor_ms(entry: dict) -> float:
     """The least time a tpot entry's decode step can take on its busiest GPU: the touched experts of
-    its rank (as experts_s counts them) and the batch's KV read at FP8 (half the layout's bf16
-    bytes), at the data-sheet HBM peak, nothing else. A measured TPOT near or under it cannot be a
-    plain decode step (speculative tokens, or routing skewed onto fewer experts, unstated)."""
+    its rank (as experts_s counts them) and the batch's KV read at FP8 (the layout's bytes at the
+    fp8 KV dtype, whatever the entry's), at the data-sheet HBM peak, nothing else. A measured TPOT
+    near or under it cannot be a plain decode step (speculative tokens, or routing skewed onto fewer
+    experts, unstated)."""
+    from kvplan.model.build import build_layout
+
     s, p = entry["setup"], entry["parallel"]
     model = _step(entry, _async(entry))
     b, e, k = s["batch_per_dp_rank"], model.experts, model.top_k
     touched = 1.0 - (1.0 - k / e) ** (b * p["dp"])
     experts = -(-e // model.par.moe_ranks) * touched * model.expert_bytes_whole / e
-    kv = b * (s["isl"] + s["osl"] / 2) * model.stages[0][3].bytes_per_token / 2
+    kv = b * (s["isl"] + s["osl"] / 2) * build_layout(model.spec, "fp8", p["tp"]).bytes_per_token
     return (experts + kv) / model.full.hbm_bytes_per_s * 1e3
 
 
