@@ -120,8 +120,8 @@ def _slowest(model, **terms) -> float:
 # --concurrency C --num-requests C x 20 --warmup-request-count C x 2 --isl/--osl` with stddev 0
 # (deployment_config.yaml), ignore_eos, streaming). The C requests of a round after the first are
 # alike in a closed loop of equal requests, and the last round drains (its later requests decode
-# with fewer beside them): 22 rounds of two rows through kvplan's engine gave 45.0, then 53.5 x 20,
-# then 41.1 ms (DP8, 8192/1024, C 64) and 26.0, 26.2-26.4 x 20, 26.0 ms (TP8, 1024/1024, C 32). So
+# with fewer beside them): 22 rounds of two rows through kvplan's engine gave 44.3, then 52.7 x 20,
+# then 40.3 ms (DP8, 8192/1024, C 64) and 25.5, 25.7-25.8 x 20, 25.4 ms (TP8, 1024/1024, C 32). So
 # the warm-up and two rounds are run, and aiperf's mean over its 20 is restated as 19 of the first
 # measured round and one of the last (the whole 22 rounds would take minutes a row).
 AIPERF_WARMUP_ROUNDS = 2
