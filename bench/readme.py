@@ -216,6 +216,7 @@ RUNS: dict[str, Run] = {
     "speculative-fidelity": Run("python bench/speculative_fidelity.py"),
     "parallel-fidelity": Run("python bench/parallel_fidelity.py", slow=True),
     "engine-pairs": Run("python bench/engine_pairs.py"),
+    "silicon-rows": Run("python bench/silicon_rows.py", slow=True),
     "vllm-memory": Run("python bench/vllm_memory_fidelity.py"),
     "timing-fidelity": Run("python bench/timing_fidelity.py", slow=True),
 }
@@ -574,6 +575,11 @@ def engine_fidelity(out: Out) -> str:
              for k in ("tpot", "ttft", "throughput")}
     per_engine = {k: re.search(rf"^  {k} +all +\( *(\d+)\) +(\S+) +(\S+) +(\S+)", ep, re.M) for k in ("vllm", "sglang")}
     require(all(named.values()) and all(per_engine.values()), "bench/engine_pairs.py no longer prints its scores")
+    si = out["silicon-rows"]
+    unseen = {k: re.search(rf"^  {k} +(\d+) +(\S+) +(\S+) +(\S+) +(\S+)$", si, re.M) for k in ("vllm", "sglang")}
+    restated = re.search(r"^(\d+) of (\d+) rows restated", si, re.M)
+    require(all(unseen.values()) and restated is not None, "bench/silicon_rows.py no longer prints its medians")
+    u = {k: v.groups() for k, v in unseen.items()}
     n = {k: v.groups() for k, v in named.items()}
     e = {k: v.groups() for k, v in per_engine.items()}
     m = {k: v.groups() for k, v in med.items()}
@@ -601,6 +607,13 @@ def engine_fidelity(out: Out) -> str:
               f"{n['throughput'][1]} pairs where the engines differ by 5% or more ({n['throughput'][2]} are closer). "
               f"Median |error| of TPOT, TTFT and throughput: vLLM {e['vllm'][1]}, {e['vllm'][2]}, {e['vllm'][3]}; "
               f"SGLang {e['sglang'][1]}, {e['sglang'][2]}, {e['sglang'][3]}."),
+        prose(f"**Runs no constant was fitted to** (`python bench/silicon_rows.py`: {restated.group(1)} of "
+              f"{restated.group(2)} closed-loop runs of vLLM and SGLang, 8 catalog models on H100, H200 and B200, "
+              "from the file of the pairs above, restated as the step-time corpus restates that file's rows): "
+              f"median |error| of TPOT {u['vllm'][1]} on vLLM's {u['vllm'][0]} runs and {u['sglang'][1]} on "
+              f"SGLang's {u['sglang'][0]} (signed medians {u['vllm'][2]} and {u['sglang'][2]}, positive where kvplan "
+              f"predicts longer); of TTFT {u['vllm'][3]} and {u['sglang'][3]}. The bench prints them per GPU, model "
+              "and concurrency."),
     ])
 
 
@@ -699,8 +712,8 @@ BLOCKS: dict[str, Block] = {
     "plan-engines": console("plan-engines", answer, fence=""),
     "size-ep": console("size-ep", lines_from("Parallelism:")),
     "step-speculative": console("step-speculative", lines_from("Speculative decoding:", "async scheduling")),
-    "engine-fidelity": Block(("sglang-memory", "speculative-fidelity", "parallel-fidelity", "engine-pairs"),
-                             engine_fidelity),
+    "engine-fidelity": Block(("sglang-memory", "speculative-fidelity", "parallel-fidelity", "engine-pairs",
+                              "silicon-rows"), engine_fidelity),
     "vllm-memory": Block(("vllm-memory",), vllm_memory),
     "timing-fidelity": Block(("timing-fidelity",), timing_fidelity),
     "kwon-figure2": Block(("kwon",), kwon_figure2),

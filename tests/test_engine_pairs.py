@@ -66,3 +66,33 @@ def test_no_score_gets_worse_than_the_stored_baseline(bench):
     worse = [f"{k}: {got[k]} against {v}" for k, v in stored.items()
              if (got[k] < v if k.startswith("named") else got[k] > v + 0.02)]
     assert worse == []
+
+
+def test_the_silicon_rows_follow_their_selection_rule():
+    """tests/data/aiconfigurator_silicon_rows.yaml (bench/silicon_rows.py): every row satisfies the
+    header's rule, none is a row the step-time corpus was fitted on, and every engine_pairs run is
+    among them, quoted alike (the same line, the same text)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import engine_pairs
+        import silicon_rows
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    rows = silicon_rows.load()
+    assert len(rows) == 720 and len({r["line"] for r in rows}) == 720
+    models = {"Qwen/Qwen3-32B", "Qwen/Qwen3-235B-A22B-FP8", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3",
+              "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B", "nvidia/Llama-3.1-8B-Instruct-FP8",
+              "openai/gpt-oss-120b"}
+    for r in rows:
+        assert r["mode"] == "agg" and r["backend"] in ("vllm", "sglang") and r["model_path"] in models, r["line"]
+        assert r["system"] in silicon_rows.GPUS and r["concurrency"] > 0, r["line"]
+        assert all(int(r[k] or 1) <= 1 for k in ("moe_ep_size", "attention_dp_size", "pp_size")), r["line"]
+        assert r["precision"] != "fp4" or r["model_path"] == "openai/gpt-oss-120b", r["line"]
+    corpus = (ROOT / "tests" / "data" / "step_time_measurements.yaml").read_text(encoding="utf-8")
+    fitted = {int(n) for n in re.findall(r"silicon_sample\.csv#L(\d+)", corpus)}
+    assert len(fitted) == 21 and not fitted & {r["line"] for r in rows}
+    by_line = {r["line"]: r["raw"] for r in rows}
+    for pair in engine_pairs.load():
+        for engine in ("vllm", "sglang"):
+            line = int(pair[engine]["source"].rsplit("#L", 1)[1])
+            assert by_line.get(line) == pair[engine]["quote"], (pair["id"], engine)

@@ -1,0 +1,132 @@
+"""kvplan's serve engine against 720 measured runs of vLLM and SGLang that no constant was fitted to.
+
+Reads tests/data/aiconfigurator_silicon_rows.yaml: every row of aiconfigurator's silicon_sample.csv
+that kvplan can restate as one serve engine, less the 21 the step-time corpus holds (the file's
+header states the selection rule). Each row is restated as bench/timing_fidelity.py restates that
+corpus's rows of the same file (predictions(): a closed loop of the row's concurrency, fixed
+lengths, 500 prompts, the mean; vLLM's runs by vLLM's rules, SGLang's as `--engine sglang` serves
+them), with two rules of the file's own:
+- precision fp8: the checkpoint is FP8 (a bf16 catalog model takes vLLM's online fp8) and so is the
+  KV cache, as aiconfigurator deploys an FP8 checkpoint (tests/data/parallel_measurements.yaml's
+  header cites the SDK and the generator);
+- precision fp4 (gpt-oss-120b only): the model's own MXFP4 weights.
+
+Prints the median |error| and the signed median of TPOT and TTFT per engine, per engine and GPU,
+per engine and model, and per band of concurrency. The CSV states neither the client nor the
+server's flags; TTFT there is the whole deployment's (its frontend included), TPOT the engine's.
+
+Run: python bench/silicon_rows.py [--workers N]
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+ROWS = ROOT / "tests" / "data" / "aiconfigurator_silicon_rows.yaml"
+SOURCE = ("https://github.com/ai-dynamo/aiconfigurator/blob/095f58a51c4ca8e61b66ec108d86f223f8d559ce/"
+          "aic-core/src/aiconfigurator_core/systems/silicon_sample.csv")
+GPUS = {"h100_sxm": "H100 SXM", "h200_sxm": "H200", "b200_sxm": "B200"}  # as timing_fidelity reads a GPU
+BANDS = ((1, 8), (9, 64), (65, 100000))
+
+
+def load() -> list[dict]:
+    """The rows as {column: value}, with `line` (the CSV's line) and `concurrency`."""
+    doc = yaml.safe_load(ROWS.read_text(encoding="utf-8"))
+    out = []
+    for item in doc["rows"]:
+        row = dict(zip(doc["columns"], next(csv.reader(io.StringIO(item["row"])))))
+        stated = re.search(r"silicon_concurrency=(\d+)", row["silicon_data_source"])
+        row.update(line=item["line"], raw=item["row"],
+                   concurrency=int(stated[1]) if stated else int(row["batch_size"]))
+        out.append(row)
+    return out
+
+
+def entry(row: dict) -> dict:
+    """One row as a bench/timing_fidelity.py measurement (its schema)."""
+    fp8 = row["precision"] == "fp8"
+    engine = row["backend"]
+    return {
+        "id": f"silicon-L{row['line']}", "source": f"{SOURCE}#L{row['line']}", "source_group": "aiconfigurator-silicon",
+        "quote": row["raw"], "engine": engine, "engine_version": row["backend_version"] or None,
+        "model": row["model_path"], "gpu": GPUS[row["system"]], "tp": int(row["tp_size"]), "pp": 1,
+        "quantization": "fp8" if fp8 else None, "kv_cache_dtype": "fp8" if fp8 else None,
+        "server": "vllm-openai" if engine == "vllm" else "sglang", "kind": "online", "notes": "",
+        "client": {"load": "concurrency"},
+        "setup": {"input_len": int(row["isl"]), "output_len": int(row["osl"]), "batch_size": None,
+                  "num_prompts": None, "request_rate": None, "max_concurrency": row["concurrency"],
+                  "dataset": "synthetic, fixed ISL/OSL", "max_num_seqs": None, "max_num_batched_tokens": None},
+        "measured": {"requests_per_s": None, "output_tokens_per_s": None, "total_tokens_per_s": None,
+                     "e2e_latency_s": None, "e2e_stat": None, "ttft_ms": float(row["silicon_ttft_ms"]),
+                     "ttft_stat": None, "itl_ms": None, "tpot_ms": float(row["silicon_tpot_ms"]), "itl_stat": None},
+    }
+
+
+def predict(row: dict) -> dict | None:
+    """{"tpot": predicted / measured - 1, "ttft": ...} of one row, None where kvplan cannot restate it."""
+    import timing_fidelity as T
+
+    got = T.predictions(entry(row), {"_sglang": True} if row["backend"] == "sglang" else None)
+    if got is None:
+        return None
+    return {"tpot": got["itl"][0] / got["itl"][1] - 1, "ttft": got["ttft"][0] / got["ttft"][1] - 1}
+
+
+def table(title: str, groups: dict[str, list[dict]]) -> list[str]:
+    lines = [f"\n{title}", f"  {'':44} {'runs':>5}   {'TPOT |err|':>10} {'signed':>8}   {'TTFT |err|':>10} {'signed':>8}"]
+    for name, errs in groups.items():
+        if not errs:
+            continue
+        cells = []
+        for m in ("tpot", "ttft"):
+            v = [e[m] for e in errs]
+            cells.append(f"{statistics.median(abs(x) for x in v):>10.1%} {statistics.median(v):>+8.1%}")
+        lines.append(f"  {name[:44]:44} {len(errs):>5}   {'   '.join(cells)}")
+    return lines
+
+
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    rows = load()
+    with ProcessPoolExecutor(max(args.workers, 1)) as pool:
+        results = list(pool.map(predict, rows, chunksize=8))
+    done = [(r, e) for r, e in zip(rows, results) if e is not None]
+
+    def by(key, order=None) -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {}
+        for r, e in sorted(done, key=lambda x: (order or key)(x[0])):
+            out.setdefault(key(r), []).append(e)
+        return out
+
+    def band(r) -> int:
+        return next(i for i, (lo, hi) in enumerate(BANDS) if lo <= r["concurrency"] <= hi)
+
+    lines = table("per engine", by(lambda r: r["backend"]))
+    lines += table("per engine and GPU", by(lambda r: f"{r['backend']} {r['system']}"))
+    lines += table("per engine and model", by(lambda r: f"{r['backend']} {r['model_path']}"
+                                               + (f" {r['precision']}" if r["precision"] else "")))
+    lines += table("per engine and concurrency",
+                   by(lambda r: f"{r['backend']} {BANDS[band(r)][0]}-{BANDS[band(r)][1]} clients".replace("-100000", "+"),
+                      order=lambda r: (r["backend"], band(r))))
+    for line in lines:
+        print(line)
+    print(f"\n{len(done)} of {len(rows)} rows restated ({ROWS.relative_to(ROOT)}); no kvplan constant was fitted to them.")
+
+
+if __name__ == "__main__":
+    main()
