@@ -16,14 +16,20 @@ ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "tests" / "data" / "engine_pairs_baseline.json"
 
 
-@pytest.fixture(scope="module")
-def bench():
+def _bench_module(name: str):
+    """A script of bench/ imported as a module (its own imports of timing_fidelity find it)."""
+    import importlib
+
     sys.path.insert(0, str(ROOT / "bench"))
     try:
-        import engine_pairs
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    return engine_pairs
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _bench_module("engine_pairs")
 
 
 def test_every_pair_is_two_quoted_rows_of_the_same_setup(bench):
@@ -68,16 +74,11 @@ def test_no_score_gets_worse_than_the_stored_baseline(bench):
     assert worse == []
 
 
-def test_the_silicon_rows_follow_their_selection_rule():
+def test_the_silicon_rows_follow_their_selection_rule(bench):
     """tests/data/aiconfigurator_silicon_rows.yaml (bench/silicon_rows.py): every row satisfies the
     header's rule, none is a row the step-time corpus was fitted on, and every engine_pairs run is
     among them, quoted alike (the same line, the same text)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import engine_pairs
-        import silicon_rows
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    silicon_rows = _bench_module("silicon_rows")
     rows = silicon_rows.load()
     assert len(rows) == 720 and len({r["line"] for r in rows}) == 720
     models = {"Qwen/Qwen3-32B", "Qwen/Qwen3-235B-A22B-FP8", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3",
@@ -92,7 +93,7 @@ def test_the_silicon_rows_follow_their_selection_rule():
     fitted = {int(n) for n in re.findall(r"silicon_sample\.csv#L(\d+)", corpus)}
     assert len(fitted) == 21 and not fitted & {r["line"] for r in rows}
     by_line = {r["line"]: r["raw"] for r in rows}
-    for pair in engine_pairs.load():
+    for pair in bench.load():
         for engine in ("vllm", "sglang"):
             line = int(pair[engine]["source"].rsplit("#L", 1)[1])
             assert by_line.get(line) == pair[engine]["quote"], (pair["id"], engine)
