@@ -114,11 +114,13 @@ def _slowest(model, **terms) -> float:
     return max(model.stage_breakdown(s, **terms)["total"] for s in range(len(model.stages)))
 
 
-# The client of the tpot entries (aiconfigurator's silicon rows): aiperf in a closed loop, as
-# aiconfigurator's generated benchmark runs it (ai-dynamo/aiconfigurator at 095f58a,
-# src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2: `aiperf profile
-# --concurrency C --num-requests C x 20 --warmup-request-count C x 2 --isl/--osl` with stddev 0
-# (deployment_config.yaml), ignore_eos, streaming). The C requests of a round after the first are
+# The client of the tpot entries (aiconfigurator's silicon rows, which do not state theirs), assumed
+# to be aiperf in a closed loop as aiconfigurator's generated benchmark runs it (ai-dynamo/
+# aiconfigurator at 095f58a, src/aiconfigurator/generator/config/backend_templates/benchmark/
+# bench_run.sh.j2: `aiperf profile --concurrency C --num-requests C x 20 --warmup-request-count C x 2
+# --isl/--osl` with stddev 0 (deployment_config.yaml), ignore_eos, streaming; an earlier template ran
+# 50 rounds, which moves the mean below by a fraction of the last round's difference). The C requests
+# of a round after the first are
 # alike in a closed loop of equal requests, and the last round drains (its later requests decode
 # with fewer beside them): 22 rounds of two rows through kvplan's engine gave 44.3, then 52.7 x 20,
 # then 40.3 ms (DP8, 8192/1024, C 64) and 25.5, 25.7-25.8 x 20, 25.4 ms (TP8, 1024/1024, C 32). So
@@ -165,19 +167,21 @@ def predict_tpot(entry: dict) -> float:
     from kvplan.calibrate.runs import run_benchmark
     from kvplan.workload.chunks import RequestChunk
 
-    s = entry["setup"]
+    s, dp = entry["setup"], entry["parallel"]["dp"]
     if entry["parallel"]["pp"] > 1:
         raise ValueError(f"{entry['id']}: a tpot entry with pipeline stages (kvplan's serve engine runs none)")
     clients = s["concurrency"]
+    if clients % dp:
+        raise ValueError(f"{entry['id']}: {clients} clients over {dp} DP ranks (the first run caps each rank "
+                         "at an equal share of the clients)")
     with tempfile.TemporaryDirectory() as directory:
         workload = _tpot_workload(entry, Path(directory))
     n = workload.num_requests
 
     def build(arrival, max_num_seqs=None):
         sched = workload.scheduler
-        if max_num_seqs is not None:  # the capped first run: C requests in the engine, over its ranks
-            per_rank = max(1, max_num_seqs // entry["parallel"]["dp"])
-            sched = replace(sched, max_num_seqs=min(per_rank, sched.max_num_seqs))
+        if max_num_seqs is not None:  # the capped first run: C requests in the engine, C / D a rank
+            sched = replace(sched, max_num_seqs=min(max_num_seqs // dp, sched.max_num_seqs))
         chunk = RequestChunk(np.asarray(arrival, dtype=float), np.full(n, s["isl"], dtype=np.int64),
                              np.full(n, s["osl"], dtype=np.int64))
         return replace(workload, scheduler=sched, make_requests=lambda: iter([chunk]))
@@ -185,9 +189,16 @@ def predict_tpot(entry: dict) -> float:
     result = run_benchmark(build, np.zeros(n), workload.allocators[0], clients)
     cols = result.requests.columns
     tpot = (cols["finish"] - cols["first_token"]) / np.maximum(cols["output"] - 1, 1)
+    return aiperf_mean(tpot, clients) * 1e3
+
+
+def aiperf_mean(tpot: np.ndarray, clients: int) -> float:
+    """aiperf's mean over its AIPERF_ROUNDS measured rounds, from the requests' TPOTs in send order
+    of the warm-up and two rounds: AIPERF_ROUNDS - 1 rounds like the first measured one (the steady
+    rounds), then the last (the drain)."""
     steady, last = (float(tpot[i * clients:(i + 1) * clients].mean())
                     for i in (AIPERF_WARMUP_ROUNDS, AIPERF_WARMUP_ROUNDS + 1))
-    return ((AIPERF_ROUNDS - 1) * steady + last) / AIPERF_ROUNDS * 1e3
+    return ((AIPERF_ROUNDS - 1) * steady + last) / AIPERF_ROUNDS
 
 
 def hbm_floor_ms(entry: dict) -> float:
@@ -311,6 +322,12 @@ def regime(entry: dict) -> str:
 SETS: dict[str, float] = {}
 
 
+def _use_sets(values: dict[str, float]) -> None:
+    """A worker's initializer: this module's SETS become the parent's (a bound SETS.update would
+    update a pickled copy in a spawned worker)."""
+    SETS.update(values)
+
+
 def parse_sets(items: list[str]) -> dict[str, float]:
     """--set items as {constant: value} (timing_fidelity.parse_sets over the StepConstants fields)."""
     from kvplan.model.step_time import CONSTANTS
@@ -331,7 +348,7 @@ def main() -> None:
     entries = load()
     held = held_out_sources(entries)
     rows = []
-    with ProcessPoolExecutor(max(args.workers, 1), initializer=SETS.update, initargs=(dict(SETS),)) as pool:
+    with ProcessPoolExecutor(max(args.workers, 1), initializer=_use_sets, initargs=(dict(SETS),)) as pool:
         predictions = list(pool.map(predict, entries))
     print(f"{'entry':58} {'part':8} {'regime':7} {'quantity':18} {'measured':>10} {'kvplan':>10} {'error':>7}")
     for e, predicted in zip(entries, predictions):

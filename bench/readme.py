@@ -32,6 +32,7 @@ all of them).
 from __future__ import annotations
 
 import argparse
+import csv
 import difflib
 import importlib.util
 import os
@@ -581,6 +582,16 @@ def engine_fidelity(out: Out) -> str:
     require(all(unseen.values()) and restated is not None, "bench/silicon_rows.py no longer prints its medians")
     u = {k: v.groups() for k, v in unseen.items()}
     n = {k: v.groups() for k, v in named.items()}
+    pair_docs = yaml.safe_load((ROOT / "tests/data/engine_pairs.yaml").read_text(encoding="utf-8"))["pairs"]
+    setups = {(p["model"].split("/")[-1], p["gpu"].split("-")[0]) for p in pair_docs}
+    tps = sorted({p["tp"] for p in pair_docs})
+    versions = {e: sorted({p[e]["version"] for p in pair_docs}) for e in ("vllm", "sglang")}
+    require(len(setups) == 1, "tests/data/engine_pairs.yaml now holds more than one model and GPU: reword")
+    (pair_model, pair_gpu), = setups
+    silicon = yaml.safe_load((ROOT / "tests/data/aiconfigurator_silicon_rows.yaml").read_text(encoding="utf-8"))
+    columns = silicon["columns"]
+    cells = [dict(zip(columns, next(csv.reader([r["row"]])))) for r in silicon["rows"]]
+    gpus = sorted({c["system"].split("_")[0].upper() for c in cells})
     e = {k: v.groups() for k, v in per_engine.items()}
     m = {k: v.groups() for k, v in med.items()}
     return "\n\n".join([
@@ -600,16 +611,20 @@ def engine_fidelity(out: Out) -> str:
               f"step times {step.group(3)} on the sources not held out ({step.group(4)}) but {step.group(1)} on the "
               f"held-out ones ({step.group(2)}: TensorRT-LLM's DeepSeek-R1 decode and vLLM V0 pipelines over "
               "PCIe), short of the 15% the model is meant to reach."),
-        prose(f"**vLLM or SGLang** (`python bench/engine_pairs.py`: {e['vllm'][0]} pairs of runs of both engines on "
-              "one setup, Qwen3-32B on H100 at TP 2-8, from one harness, no constant fitted to them): kvplan names "
+        prose(f"**vLLM or SGLang** (`python bench/engine_pairs.py`: {e['vllm'][0]} pairs of runs, vLLM "
+              f"{', '.join(versions['vllm'])} and SGLang {', '.join(versions['sglang'])} on the same setup, {pair_model} "
+              f"on {pair_gpu} at TP {tps[0]}-{tps[-1]}, from one file of measurements; no constant was fitted to them, "
+              "though other vLLM rows of that file are in the fitted corpus): kvplan names "
               f"the engine with the lower TPOT in {n['tpot'][0]} of {n['tpot'][1]} pairs, the lower TTFT in "
-              f"{n['ttft'][0]} of {n['ttft'][1]}, and the higher throughput in {n['throughput'][0]} of "
-              f"{n['throughput'][1]} pairs where the engines differ by 5% or more ({n['throughput'][2]} are closer). "
+              f"{n['ttft'][0]} of {n['ttft'][1]}, and the higher throughput (derived from the measured TTFT and TPOT) "
+              f"in {n['throughput'][0]} of {n['throughput'][1]} pairs where the engines differ by 5% or more "
+              f"({n['throughput'][2]} are closer). "
               f"Median |error| of TPOT, TTFT and throughput: vLLM {e['vllm'][1]}, {e['vllm'][2]}, {e['vllm'][3]}; "
               f"SGLang {e['sglang'][1]}, {e['sglang'][2]}, {e['sglang'][3]}."),
         prose(f"**Runs no constant was fitted to** (`python bench/silicon_rows.py`: {restated.group(1)} of "
-              f"{restated.group(2)} closed-loop runs of vLLM and SGLang, 8 catalog models on H100, H200 and B200, "
-              "from the file of the pairs above, restated as the step-time corpus restates that file's rows): "
+              f"{restated.group(2)} runs of vLLM and SGLang, {len({c['model_path'] for c in cells})} catalog models "
+              f"on {', '.join(gpus)}, from the file of the pairs above, which states no client: restated as closed "
+              "loops, as the step-time corpus restates that file's rows): "
               f"median |error| of TPOT {u['vllm'][1]} on vLLM's {u['vllm'][0]} runs and {u['sglang'][1]} on "
               f"SGLang's {u['sglang'][0]} (signed medians {u['vllm'][2]} and {u['sglang'][2]}, positive where kvplan "
               f"predicts longer); of TTFT {u['vllm'][3]} and {u['sglang'][3]}. The bench prints them per GPU, model "

@@ -47,7 +47,7 @@ def test_every_pair_is_two_quoted_rows_of_the_same_setup(bench):
             row = next(csv.reader(io.StringIO(run["quote"])))
             concurrency = re.search(r"silicon_concurrency=(\d+)", row[1])[1]
             backend, version, model, system, mode, isl, osl = row[2], row[3], row[4], row[5], row[7], row[8], row[9]
-            assert (backend, version, mode) == (engine, run["version"], "agg"), p["id"]
+            assert (backend, version, mode, row[6]) == (engine, run["version"], "agg", ""), p["id"]  # bf16 both
             assert run["ttft_ms"] == pytest.approx(float(row[-2]), abs=1e-4), p["id"]
             assert run["tpot_ms"] == pytest.approx(float(row[-1]), abs=1e-4), p["id"]
             keys.add((model, system, int(row[13]), int(isl), int(osl), int(concurrency)))

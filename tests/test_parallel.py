@@ -289,3 +289,23 @@ def test_a_one_client_closed_loop_decodes_at_the_parallel_step_models_pace():
     steps = [model.stage_breakdown(0, tokens=1, requests=1, kv_read=pf._read(model, 0, 512 + k), pairs=0)["total"]
              for k in range(1, 64)]
     assert pf.predict_tpot(entry) == pytest.approx(sum(steps) / len(steps) * 1e3, rel=1e-4)
+
+
+def test_aiperfs_mean_over_twenty_rounds_from_the_warm_up_and_two_rounds():
+    """Two clients: warm-up rounds of 9 ms (ignored), a steady round of 10 and 12 ms (11 ms), a drain
+    round of 6 and 8 ms (7 ms). aiperf's 20 measured rounds are 19 steady ones and the drain:
+    (19 x 11 + 7) / 20 = 10.8 ms."""
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        import parallel_fidelity as pf
+    finally:
+        sys.path.remove(str(bench))
+    assert (pf.AIPERF_WARMUP_ROUNDS, pf.AIPERF_ROUNDS) == (2, 20)
+    tpot = np.array([9.0, 9.0, 9.0, 9.0, 10.0, 12.0, 6.0, 8.0])
+    assert pf.aiperf_mean(tpot, 2) == pytest.approx(10.8)
