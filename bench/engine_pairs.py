@@ -45,20 +45,12 @@ def load() -> list[dict]:
 
 def entry(pair: dict, engine: str) -> dict:
     """One run of a pair as a bench/timing_fidelity.py measurement (its schema)."""
+    from timing_fidelity import closed_loop_entry
+
     run = pair[engine]
-    return {
-        "id": f"{pair['id']}-{engine}", "source": run["source"], "source_group": "aiconfigurator-silicon",
-        "quote": run["quote"], "engine": engine, "engine_version": run["version"], "model": pair["model"],
-        "gpu": pair["gpu"], "tp": pair["tp"], "pp": 1, "quantization": None, "kv_cache_dtype": None,
-        "server": "vllm-openai" if engine == "vllm" else "sglang", "kind": "online", "notes": "",
-        "client": {"load": "concurrency"},
-        "setup": {"input_len": pair["input_len"], "output_len": pair["output_len"], "batch_size": None,
-                  "num_prompts": None, "request_rate": None, "max_concurrency": pair["concurrency"],
-                  "dataset": "synthetic, fixed ISL/OSL", "max_num_seqs": None, "max_num_batched_tokens": None},
-        "measured": {"requests_per_s": None, "output_tokens_per_s": None, "total_tokens_per_s": None,
-                     "e2e_latency_s": None, "e2e_stat": None, "ttft_ms": run["ttft_ms"], "ttft_stat": None,
-                     "itl_ms": None, "tpot_ms": run["tpot_ms"], "itl_stat": None},
-    }
+    return closed_loop_entry(f"{pair['id']}-{engine}", run["source"], run["quote"], engine, run["version"],
+                             pair["model"], pair["gpu"], pair["tp"], pair["input_len"], pair["output_len"],
+                             pair["concurrency"], run["ttft_ms"], run["tpot_ms"])
 
 
 def throughput(pair: dict, ttft_ms: float, tpot_ms: float) -> float:
@@ -73,7 +65,7 @@ def predict(pair: dict) -> dict:
 
     got = {}
     for engine in ENGINES:
-        p = T.predictions(entry(pair, engine), {"_sglang": True} if engine == "sglang" else None)
+        p = T.served_predictions(entry(pair, engine))
         if p is None:
             raise ValueError(f"{pair['id']}: kvplan cannot restate the {engine} run")
         (ttft, ttft_m), (tpot, tpot_m) = p["ttft"], p["itl"]

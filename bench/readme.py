@@ -32,8 +32,8 @@ all of them).
 from __future__ import annotations
 
 import argparse
-import csv
 import difflib
+import importlib
 import importlib.util
 import os
 import re
@@ -548,6 +548,15 @@ def sglang_prefix(out: Out) -> str:
     return f"```\n{commands}\n{text_table(['run', *cols, 'hit rate %'], rows)}\n```"
 
 
+def _bench_module(name: str):
+    """Another script of bench/ as a module (for the data files it reads: one reader of each)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
 def engine_fidelity(out: Out) -> str:
     """SGLang's start-up memory, speculative decoding, EP/DP/PP and the vLLM-or-SGLang pairs against their cited corpora."""
     import yaml
@@ -582,15 +591,13 @@ def engine_fidelity(out: Out) -> str:
     require(all(unseen.values()) and restated is not None, "bench/silicon_rows.py no longer prints its medians")
     u = {k: v.groups() for k, v in unseen.items()}
     n = {k: v.groups() for k, v in named.items()}
-    pair_docs = yaml.safe_load((ROOT / "tests/data/engine_pairs.yaml").read_text(encoding="utf-8"))["pairs"]
+    pair_docs = _bench_module("engine_pairs").load()
     setups = {(p["model"].split("/")[-1], p["gpu"].split("-")[0]) for p in pair_docs}
     tps = sorted({p["tp"] for p in pair_docs})
     versions = {e: sorted({p[e]["version"] for p in pair_docs}) for e in ("vllm", "sglang")}
     require(len(setups) == 1, "tests/data/engine_pairs.yaml now holds more than one model and GPU: reword")
     (pair_model, pair_gpu), = setups
-    silicon = yaml.safe_load((ROOT / "tests/data/aiconfigurator_silicon_rows.yaml").read_text(encoding="utf-8"))
-    columns = silicon["columns"]
-    cells = [dict(zip(columns, next(csv.reader([r["row"]])))) for r in silicon["rows"]]
+    cells = _bench_module("silicon_rows").load()
     gpus = sorted({c["system"].split("_")[0].upper() for c in cells})
     e = {k: v.groups() for k, v in per_engine.items()}
     m = {k: v.groups() for k, v in med.items()}

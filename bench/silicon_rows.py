@@ -55,29 +55,20 @@ def load() -> list[dict]:
 
 def entry(row: dict) -> dict:
     """One row as a bench/timing_fidelity.py measurement (its schema)."""
-    fp8 = row["precision"] == "fp8"
-    engine = row["backend"]
-    return {
-        "id": f"silicon-L{row['line']}", "source": f"{SOURCE}#L{row['line']}", "source_group": "aiconfigurator-silicon",
-        "quote": row["raw"], "engine": engine, "engine_version": row["backend_version"] or None,
-        "model": row["model_path"], "gpu": GPUS[row["system"]], "tp": int(row["tp_size"]), "pp": 1,
-        "quantization": "fp8" if fp8 else None, "kv_cache_dtype": "fp8" if fp8 else None,
-        "server": "vllm-openai" if engine == "vllm" else "sglang", "kind": "online", "notes": "",
-        "client": {"load": "concurrency"},
-        "setup": {"input_len": int(row["isl"]), "output_len": int(row["osl"]), "batch_size": None,
-                  "num_prompts": None, "request_rate": None, "max_concurrency": row["concurrency"],
-                  "dataset": "synthetic, fixed ISL/OSL", "max_num_seqs": None, "max_num_batched_tokens": None},
-        "measured": {"requests_per_s": None, "output_tokens_per_s": None, "total_tokens_per_s": None,
-                     "e2e_latency_s": None, "e2e_stat": None, "ttft_ms": float(row["silicon_ttft_ms"]),
-                     "ttft_stat": None, "itl_ms": None, "tpot_ms": float(row["silicon_tpot_ms"]), "itl_stat": None},
-    }
+    from timing_fidelity import closed_loop_entry
+
+    return closed_loop_entry(f"silicon-L{row['line']}", f"{SOURCE}#L{row['line']}", row["raw"], row["backend"],
+                             row["backend_version"] or None, row["model_path"], GPUS[row["system"]],
+                             int(row["tp_size"]), int(row["isl"]), int(row["osl"]), row["concurrency"],
+                             float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"]),
+                             fp8=row["precision"] == "fp8")
 
 
 def predict(row: dict) -> dict | None:
     """{"tpot": predicted / measured - 1, "ttft": ...} of one row, None where kvplan cannot restate it."""
     import timing_fidelity as T
 
-    got = T.predictions(entry(row), {"_sglang": True} if row["backend"] == "sglang" else None)
+    got = T.served_predictions(entry(row))
     if got is None:
         return None
     return {"tpot": got["itl"][0] / got["itl"][1] - 1, "ttft": got["ttft"][0] / got["ttft"][1] - 1}

@@ -659,6 +659,34 @@ def predictions(entry: dict, values: dict | None = None) -> dict | None:
     return out
 
 
+def closed_loop_entry(run_id: str, source: str, quote: str, engine: str, version: str | None, model: str, gpu: str,
+                      tp: int, input_len: int, output_len: int, clients: int, ttft_ms: float, tpot_ms: float,
+                      fp8: bool = False) -> dict:
+    """A measurement of this bench's schema for a closed loop of `clients` at fixed lengths whose mean
+    TTFT and TPOT are known and nothing else (aiconfigurator's silicon rows: bench/engine_pairs.py,
+    bench/silicon_rows.py); `fp8`: an FP8 checkpoint (a bf16 catalog model takes vLLM's online fp8)
+    with an FP8 KV cache."""
+    return {
+        "id": run_id, "source": source, "source_group": "aiconfigurator-silicon", "quote": quote,
+        "engine": engine, "engine_version": version, "model": model, "gpu": gpu, "tp": tp, "pp": 1,
+        "quantization": "fp8" if fp8 else None, "kv_cache_dtype": "fp8" if fp8 else None,
+        "server": "vllm-openai" if engine == "vllm" else "sglang", "kind": "online", "notes": "",
+        "client": {"load": "concurrency"},
+        "setup": {"input_len": input_len, "output_len": output_len, "batch_size": None, "num_prompts": None,
+                  "request_rate": None, "max_concurrency": clients, "dataset": "synthetic, fixed ISL/OSL",
+                  "max_num_seqs": None, "max_num_batched_tokens": None},
+        "measured": {"requests_per_s": None, "output_tokens_per_s": None, "total_tokens_per_s": None,
+                     "e2e_latency_s": None, "e2e_stat": None, "ttft_ms": ttft_ms, "ttft_stat": None,
+                     "itl_ms": None, "tpot_ms": tpot_ms, "itl_stat": None},
+    }
+
+
+def served_predictions(entry: dict) -> dict | None:
+    """predictions() of a run as its engine serves it: an SGLang run by SGLang's own rules (its pool,
+    scheduler and overlap lag, as `--engine sglang` serves it), a vLLM run by vLLM's."""
+    return predictions(entry, {"_sglang": True} if runtime(entry) == "sglang" else None)
+
+
 def source_group(entry: dict) -> str:
     """Who measured a run: the entry's `source_group`, else the publisher of its source (a GitHub
     repository, or one issue or pull request there: different people; else the web site)."""
