@@ -67,3 +67,13 @@ def test_every_table_is_a_stage_and_a_scheduler_of_its_source():
         assert router in bench.SOURCES[name]["routers"]
         assert set(table) == set(bench.SOURCES[name]["measured"][router])
     assert set(bench.TARGETED) <= set(bench.SOURCES)
+
+
+def test_quantized_share_counts_values_near_the_grid():
+    # by hand, to the ms: 400 and 600 are on the 100 ms grid, 498 and 502 2 ms off it, 503 and 250
+    # farther; 3.4 s is left out (over 3 s)
+    assert bench.quantized_share([0.4, 0.6, 0.498, 0.502, 0.503, 0.25, 3.4]) == (4, 6)
+    assert bench.quantized_share([]) == (0, 0)
+    # the docstring's counts, from the transcribed tables
+    assert bench.quantized_share(bench.SOURCES["X-70R-6kSys"]["measured"]["precise"].values()) == (11, 16)
+    assert bench.quantized_share(bench.SOURCES["X-37"]["measured"]["default"].values()) == (5, 8)
