@@ -15,7 +15,11 @@ Prints the median |error| and the signed median of TPOT and TTFT per engine, per
 per engine and model, and per band of concurrency. The CSV states neither the client nor the
 server's flags; TTFT there is the whole deployment's (its frontend included), TPOT the engine's.
 
-Run: python bench/silicon_rows.py [--workers N]
+`--set NAME=VALUE` predicts with a candidate's step-time constants or engine and server factors
+(bench/timing_fidelity.py's names) instead of the shipped ones, e.g. the fused-MoE tile model
+(`--set expert_half_width=0 --set expert_tiles_per_unit=1.94`).
+
+Run: python bench/silicon_rows.py [--workers N] [--set NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -38,6 +42,14 @@ SOURCE = ("https://github.com/ai-dynamo/aiconfigurator/blob/095f58a51c4ca8e61b66
           "aic-core/src/aiconfigurator_core/systems/silicon_sample.csv")
 GPUS = {"h100_sxm": "H100 SXM", "h200_sxm": "H200", "b200_sxm": "B200"}  # as timing_fidelity reads a GPU
 BANDS = ((1, 8), (9, 64), (65, 100000))
+# --set NAME=VALUE: constants and factors to predict with instead of the shipped ones (a candidate)
+SETS: dict[str, float] = {}
+
+
+def _use_sets(values: dict[str, float]) -> None:
+    """A worker's initializer: this module's SETS become the parent's (a bound SETS.update would
+    update a pickled copy in a spawned worker)."""
+    SETS.update(values)
 
 
 def load() -> list[dict]:
@@ -68,7 +80,7 @@ def predict(row: dict) -> dict | None:
     """{"tpot": predicted / measured - 1, "ttft": ...} of one row, None where kvplan cannot restate it."""
     import timing_fidelity as T
 
-    got = T.served_predictions(entry(row))
+    got = T.served_predictions(entry(row), SETS)
     if got is None:
         return None
     return {"tpot": got["itl"][0] / got["itl"][1] - 1, "ttft": got["ttft"][0] / got["ttft"][1] - 1}
@@ -92,9 +104,16 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a step-time constant or engine/server factor to predict with (timing_fidelity's names)")
     args = ap.parse_args()
+    from timing_fidelity import parse_sets
+
+    sets = parse_sets(args.set)
+    if sets:
+        print(f"with {', '.join(f'{k}={v:g}' for k, v in sets.items())} instead of the shipped values")
     rows = load()
-    with ProcessPoolExecutor(max(args.workers, 1)) as pool:
+    with ProcessPoolExecutor(max(args.workers, 1), initializer=_use_sets, initargs=(sets,)) as pool:
         results = list(pool.map(predict, rows, chunksize=8))
     done = [(r, e) for r, e in zip(rows, results) if e is not None]
 

@@ -681,10 +681,14 @@ def closed_loop_entry(run_id: str, source: str, quote: str, engine: str, version
     }
 
 
-def served_predictions(entry: dict) -> dict | None:
+def served_predictions(entry: dict, sets: dict | None = None) -> dict | None:
     """predictions() of a run as its engine serves it: an SGLang run by SGLang's own rules (its pool,
-    scheduler and overlap lag, as `--engine sglang` serves it), a vLLM run by vLLM's."""
-    return predictions(entry, {"_sglang": True} if runtime(entry) == "sglang" else None)
+    scheduler and overlap lag, as `--engine sglang` serves it), a vLLM run by vLLM's; `sets`: constants
+    and factors (shipped_values' names) to take instead of the shipped ones."""
+    values = dict(sets or {})  # build_case takes what is not given from the shipped constants
+    if runtime(entry) == "sglang":
+        values["_sglang"] = True
+    return predictions(entry, values or None)
 
 
 def source_group(entry: dict) -> str:

@@ -97,3 +97,22 @@ def test_the_silicon_rows_follow_their_selection_rule(bench):
         for engine in ("vllm", "sglang"):
             line = int(pair[engine]["source"].rsplit("#L", 1)[1])
             assert by_line.get(line) == pair[engine]["quote"], (pair["id"], engine)
+
+
+def test_silicon_rows_set_reaches_the_prediction():
+    """bench/silicon_rows.py --set: a constant given there is the one a row is predicted with. With the
+    experts' width term off (expert_half_width 0) a dense row predicts what it did, and an MoE row at
+    TP 8 (DeepSeek-R1's experts 256 columns wide a GPU) a shorter TPOT, its experts streaming at the
+    full rate instead of 256 / (256 + 277) of it."""
+    silicon_rows = _bench_module("silicon_rows")
+    rows = silicon_rows.load()
+    dense = next(r for r in rows if r["model_path"] == "Qwen/Qwen3-32B" and r["backend"] == "vllm")
+    moe = next(r for r in rows if r["model_path"] == "deepseek-ai/DeepSeek-R1" and r["tp_size"] == "8")
+    shipped = {id(r): silicon_rows.predict(r) for r in (dense, moe)}
+    silicon_rows.SETS.update(expert_half_width=0.0)
+    try:
+        assert silicon_rows.predict(dense) == shipped[id(dense)]
+        assert silicon_rows.predict(moe)["tpot"] < shipped[id(moe)]["tpot"]
+    finally:
+        silicon_rows.SETS.clear()
+    assert silicon_rows.predict(moe) == shipped[id(moe)]

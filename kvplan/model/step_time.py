@@ -118,6 +118,18 @@ timing profile changes.
   GLM-4.6 -8% -> +50%): their large-batch steps want time that the width term happens to add
   and that no tile count gives (their experts are many and touched), and the corpus has no dense
   MI300X run to tell an MI300X-wide shortfall (TTFT is fast there too) from the MoE kernel's.
+  On runs nothing was fitted to it is the better decode model: over bench/silicon_rows.py's 707
+  NVIDIA runs (`--set expert_half_width=0 --set expert_tiles_per_unit=1.94`) SGLang's TPOT error
+  falls 30.0 -> 15.7% (DeepSeek-R1/V3 at TP 8, experts 256 columns wide there: +43-45% -> -8%)
+  and vLLM's 14.7 -> 13.2% (its Qwen3-235B-FP8 runs -16.8 -> -30.5%), and parallel_fidelity's
+  held-out step rows 31.4 -> 21.8%; but SGLang's TTFT error rises 32.1 -> 39.5%, and refitting
+  every constant with it (`--fit`) leaves held-out TTFT worse (all but bursts 31.7 -> 35.5%,
+  single requests 25.3 -> 36.3%, closed loops 43.8 -> 53.5%) for better throughput, E2E and ITL.
+  What it uncovers is TTFT: the MoE runs' measured TTFT exceeds kvplan's by an amount that does
+  not grow with the prompt (SGLang on B200, single requests: Qwen3-235B +46 ms at 1,000 prompt
+  tokens and +38 ms at 8,000, DeepSeek-R1 +92 ms; aiconfigurator's DeepSeek-R1 H200 rows +104 to
+  +166 ms at 4-64 clients, while their TPOT comes within 10%), which the width term hides by
+  slowing every MoE step, prefill included. Where that per-request time goes is not known.
 - Host time: step_overhead_s a step and request_overhead_s per scheduled request (the engine
   core's Python work), in series or overlapped as above.
 - Weight-only quantized GEMMs (GPTQ, AWQ, MXFP4 and NVFP4 where the GPU has no fp4 units)
