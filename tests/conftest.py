@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # No property test may depend on the machine's speed: CI runs on a busy 2-core machine.
 settings.register_profile("kvplan", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("kvplan")
+
+
+def bench_module(name: str):
+    """bench/NAME.py imported as the module NAME, once per session (the benches import one another by
+    name, so bench/ is on sys.path while it loads)."""
+    path = str(ROOT / "bench")
+    sys.path.insert(0, path)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(path)
 
 
 def shared_dir() -> Path:

@@ -7,29 +7,17 @@ import csv
 import io
 import json
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT, bench_module
+
 BASELINE = ROOT / "tests" / "data" / "engine_pairs_baseline.json"
-
-
-def _bench_module(name: str):
-    """A script of bench/ imported as a module (its own imports of timing_fidelity find it)."""
-    import importlib
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return _bench_module("engine_pairs")
+    return bench_module("engine_pairs")
 
 
 def test_every_pair_is_two_quoted_rows_of_the_same_setup(bench):
@@ -78,7 +66,7 @@ def test_the_silicon_rows_follow_their_selection_rule(bench):
     """tests/data/aiconfigurator_silicon_rows.yaml (bench/silicon_rows.py): every row satisfies the
     header's rule, none is a row the step-time corpus was fitted on, and every engine_pairs run is
     among them, quoted alike (the same line, the same text)."""
-    silicon_rows = _bench_module("silicon_rows")
+    silicon_rows = bench_module("silicon_rows")
     rows = silicon_rows.load()
     assert len(rows) == 720 and len({r["line"] for r in rows}) == 720
     models = {"Qwen/Qwen3-32B", "Qwen/Qwen3-235B-A22B-FP8", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3",
@@ -104,7 +92,7 @@ def test_silicon_rows_set_reaches_the_prediction():
     experts' width term off (expert_half_width 0) a dense row predicts what it did, and an MoE row at
     TP 8 (DeepSeek-R1's experts 256 columns wide a GPU) a shorter TPOT, its experts streaming at the
     full rate instead of 256 / (256 + 277) of it."""
-    silicon_rows = _bench_module("silicon_rows")
+    silicon_rows = bench_module("silicon_rows")
     rows = silicon_rows.load()
     dense = next(r for r in rows if r["model_path"] == "Qwen/Qwen3-32B" and r["backend"] == "vllm")
     moe = next(r for r in rows if r["model_path"] == "deepseek-ai/DeepSeek-R1" and r["tp_size"] == "8")

@@ -16,6 +16,7 @@ from kvplan.model.resolve import load_spec
 from kvplan.model.size import size
 from kvplan.model.step import step_of
 from kvplan.model.weights import estimate_weights
+from tests.conftest import bench_module
 
 GiB = 2**30
 
@@ -240,15 +241,7 @@ def test_dual_batch_overlap_hides_half_the_shorter_side():
 
 
 def test_parallel_corpus_is_cited_and_held_out_by_source():
-    import sys
-    from pathlib import Path
-
-    bench = Path(__file__).resolve().parents[1] / "bench"
-    sys.path.insert(0, str(bench))
-    try:
-        import parallel_fidelity as pf
-    finally:
-        sys.path.remove(str(bench))
+    pf = bench_module("parallel_fidelity")
     entries = pf.load()
     assert len({e["id"] for e in entries}) == len(entries)
     assert all(e["source"].startswith("https://") and e["quote"] for e in entries)
@@ -271,15 +264,7 @@ def test_a_one_client_closed_loop_decodes_at_the_parallel_step_models_pace():
     engine (the lockstep engine, even for one rank). One client sends its requests one after the
     other, so each decodes alone: its TPOT is the mean of the parallel step model's batch-1 decode
     steps over the contexts it passes (512 + 1 .. 512 + 63), priced here by stage_breakdown directly."""
-    import sys
-    from pathlib import Path
-
-    bench = Path(__file__).resolve().parents[1] / "bench"
-    sys.path.insert(0, str(bench))
-    try:
-        import parallel_fidelity as pf
-    finally:
-        sys.path.remove(str(bench))
+    pf = bench_module("parallel_fidelity")
     entry = {"id": "one-client", "model": "Qwen/Qwen3-30B-A3B", "gpu": "H100-80GB", "engine": "vllm",
              "engine_version": "0.11.0", "quantization": None,
              "parallel": {"tp": 1, "dp": 1, "pp": 1, "enable_expert_parallel": True, "all2all_backend": None,
@@ -295,17 +280,9 @@ def test_aiperfs_mean_over_twenty_rounds_from_the_warm_up_and_two_rounds():
     """Two clients: warm-up rounds of 9 ms (ignored), a steady round of 10 and 12 ms (11 ms), a drain
     round of 6 and 8 ms (7 ms). aiperf's 20 measured rounds are 19 steady ones and the drain:
     (19 x 11 + 7) / 20 = 10.8 ms."""
-    import sys
-    from pathlib import Path
-
     import numpy as np
 
-    bench = Path(__file__).resolve().parents[1] / "bench"
-    sys.path.insert(0, str(bench))
-    try:
-        import parallel_fidelity as pf
-    finally:
-        sys.path.remove(str(bench))
+    pf = bench_module("parallel_fidelity")
     assert (pf.AIPERF_WARMUP_ROUNDS, pf.AIPERF_ROUNDS) == (2, 20)
     tpot = np.array([9.0, 9.0, 9.0, 9.0, 10.0, 12.0, 6.0, 8.0])
     assert pf.aiperf_mean(tpot, 2) == pytest.approx(10.8)

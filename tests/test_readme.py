@@ -13,24 +13,13 @@ in ../shared, or that needs torch (`kvplan validate`) where it is not installed,
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import os
-import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("kvplan_bench_readme", ROOT / "bench" / "readme.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-readme = _load()
+readme = bench_module("readme")
 ALL = os.environ.get("KVPLAN_README_ALL") == "1"
 TEXT = readme.README.read_text(encoding="utf-8")
 

@@ -4,24 +4,12 @@ table belongs to a stage and a scheduler of its source. No simulation runs here.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("kvplan_bench_routing", ROOT / "bench" / "routing_fidelity.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+bench = bench_module("routing_fidelity")
 
 
 # (source, shared system blocks, own question blocks, prompt tokens, distinct prompts), by hand:

@@ -7,7 +7,6 @@ docstring), or copied from a cited start-up log (tests/data/sglang_startup_logs.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from kvplan.model.gpus import get_gpu
 from kvplan.model.resolve import load_spec
 from kvplan.model.sglang_memory import (batch_defaults, default_mem_fraction, release_at, release_rules,
                                         startup_memory)
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 
 GiB = 2**30
 MiB = 2**20
@@ -35,8 +34,7 @@ def test_the_corpus_is_cited():
 
 def test_the_corpus_holds_the_issue_target():
     """At least 90% of the corpus's checks within tolerance (bench/sglang_memory_fidelity.py)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import sglang_memory_fidelity as bench
+    bench = bench_module("sglang_memory_fidelity")
 
     rows = bench.evaluate(bench.load_logs())
     held, total = bench.shares(rows)["all"]

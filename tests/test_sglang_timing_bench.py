@@ -3,22 +3,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT, bench_module
+
 CORPUS = ROOT / "tests" / "data" / "step_time_measurements.yaml"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("timing_fidelity", ROOT / "bench" / "timing_fidelity.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("timing_fidelity")
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +88,7 @@ def test_a_median_itl_of_separate_prefill_steps_is_a_decode_step_and_ttft_waits_
 
 @pytest.fixture(scope="module")
 def moe_bench():
-    import sys
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("sglang_fidelity", ROOT / "bench" / "sglang_fidelity.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("sglang_fidelity")
 
 
 def test_moe_bias_groups_runs_by_engine_and_vendor_with_signed_and_absolute_medians(moe_bench):

@@ -19,6 +19,7 @@ from kvplan.model.resolve import load_spec
 from kvplan.model.step_time import (StepConstants, StepModel, fused_moe_stream_factor, fused_moe_tiles, prefill_pairs,
                                      step_model)
 from kvplan.model.weights import estimate_weights
+from tests.conftest import bench_module
 
 UNIT = StepConstants(bandwidth_efficiency=1.0, gemm_efficiency=1.0, gemm_tile_tokens=1.0, attention_efficiency=1.0,
                      step_overhead_s=1e-3, eager_overhead_per_layer_s=1e-4, request_overhead_s=1e-5,
@@ -348,13 +349,7 @@ def test_new_measurements_say_who_measured_them_and_how_the_client_sent():
 
 
 def _bench():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "timing_fidelity.py"
-    spec = importlib.util.spec_from_file_location("timing_fidelity", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return bench_module("timing_fidelity")
 
 
 def test_the_bench_reads_the_engine_and_a_one_prompt_run_from_what_the_run_states():
