@@ -73,9 +73,9 @@ order statistic and inherits the grid of its samples. Whatever puts the first st
 grid (the client's reads, a gateway's or a proxy's flushes) lies outside the engine and the router,
 and nothing read says what it is: Inference-Perf's client stamps each line with perf_counter as it
 reads it, and the EPP passes each response chunk through as it comes (its StreamingServer, in
-Envoy's full-duplex streamed mode). The grid alone does not close the gap either (kvplan's 0.15-0.2 s p90s in X-70R rounded up
-to it are 0.2-0.3 s, against 0.4-0.6): with the per-request gap above it is latency of the reports'
-delivery path, which neither describes, so it is not modelled.
+Envoy's full-duplex streamed mode). The grid alone does not close the gap either (kvplan's 0.15-0.2
+s p90s in X-70R rounded up to it are 0.2-0.3 s, against 0.4-0.6): with the per-request gap above it
+is latency of the reports' delivery path, which neither describes, so it is not modelled.
 
 Read in the deployed code and ruled out as its cause (each on the path of every request, or of the
 precise scheduler's):

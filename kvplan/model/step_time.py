@@ -129,7 +129,13 @@ timing profile changes.
   not grow with the prompt (SGLang on B200, single requests: Qwen3-235B +46 ms at 1,000 prompt
   tokens and +38 ms at 8,000, DeepSeek-R1 +92 ms; aiconfigurator's DeepSeek-R1 H200 rows +104 to
   +166 ms at 4-64 clients, while their TPOT comes within 10%), which the width term hides by
-  slowing every MoE step, prefill included. Where that per-request time goes is not known.
+  slowing every MoE step, prefill included. Where that per-request time goes is not settled. One
+  candidate has a measurement: SGLang ran a prefill forward without CUDA graphs until its
+  piecewise graphs became the default (sgl-project/sglang#16331, January 2026), and such a forward
+  of DeepSeek-V3 with one new token took 82.6 ms, against 23.1 ms captured in a graph
+  (sgl-project/sglang#12160: launch-bound, ~1 ms a layer); that is one point of one model (its GPU
+  not stated), and other engines' eager-minus-graph prefill runs 0.3 ms a layer for a dense 4B
+  (wejoncy/sfllm#46), too few and too varied to calibrate a term by source.
 - Host time: step_overhead_s a step and request_overhead_s per scheduled request (the engine
   core's Python work), in series or overlapped as above.
 - Weight-only quantized GEMMs (GPTQ, AWQ, MXFP4 and NVFP4 where the GPU has no fp4 units)
