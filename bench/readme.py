@@ -220,6 +220,7 @@ RUNS: dict[str, Run] = {
     "silicon-rows": Run("python bench/silicon_rows.py", slow=True),
     "vllm-memory": Run("python bench/vllm_memory_fidelity.py"),
     "timing-fidelity": Run("python bench/timing_fidelity.py", slow=True),
+    "sglang-fidelity": Run("python bench/sglang_fidelity.py", slow=True),
 }
 
 
@@ -680,6 +681,7 @@ FIDELITY_ROWS = (  # README row, the bench's section and row, its column
     ("closed loops of 2-128 clients ({n})", "per regime", "closed loops", 2),
     ("offline tables ({n})", "per regime", "offline tables", 2),
     ("bursts of every request at once ({n}), not fitted", "per regime", "bursts", 2),
+    ("vLLM V1's own runs ({n}), bursts left out, leave-one-source-out", "per engine (bursts left out)", "vllm", 2),
 )
 FIDELITY_COLUMNS = ("old default (as shipped)", "roofline", "new default, leave-one-source-out",
                     "new default (fitted on all)")
@@ -689,7 +691,7 @@ def fidelity_sections(text: str) -> dict[tuple[str, str], tuple[int, list[list[s
     """(section, row) -> (runs, per column the four medians: thr, E2E, TTFT, ITL) of timing_fidelity's tables."""
     out, section = {}, None
     for line in text.splitlines():
-        if line in ("median |error| overall", "per regime", "per source"):
+        if line in ("median |error| overall", "per regime", "per engine (bursts left out)", "per source"):
             section = line
         elif section and "|" in line and line[:34].strip():
             cells = line.split("|")
@@ -702,12 +704,25 @@ def fidelity_sections(text: str) -> dict[tuple[str, str], tuple[int, list[list[s
     return out
 
 
+def sglang_own(text: str) -> tuple[int, list[str]]:
+    """(runs, thr / E2E / TTFT / ITL medians) of bench/sglang_fidelity.py's SGLang runs as its own engine
+    serves them (SGLang's pool and scheduler), leave-one-source-out, bursts left out."""
+    head = re.search(r"^ +\| SGLang's own, leave-one-source-out\|", text, re.M)
+    require(head is not None, "bench/sglang_fidelity.py no longer prints SGLang's own rules held out by source")
+    row = re.search(r"^all but bursts +(\d+) +\| +(\S+) +(\S+) +(\S+) +(\S+) +\|", text[head.end():], re.M)
+    require(row is not None, "bench/sglang_fidelity.py no longer prints its all-but-bursts medians")
+    return int(row.group(1)), list(row.groups()[1:])
+
+
 def timing_fidelity(out: Out) -> str:
     cells = fidelity_sections(out["timing-fidelity"])
     rows = []
     for words, section, row, col in FIDELITY_ROWS:
         n, columns = cells[section, row]
         rows.append([words.format(n=n), *columns[col]])
+    n, medians = sglang_own(out["sglang-fidelity"])
+    rows.append([f"SGLang's runs ({n}) as `--engine sglang` serves them, bursts left out, leave-one-source-out",
+                 *medians])
     return md_table(["regime (runs), leave-one-source-out unless said", "throughput", "E2E", "TTFT", "TPOT/ITL"], rows)
 
 
@@ -737,7 +752,7 @@ BLOCKS: dict[str, Block] = {
     "engine-fidelity": Block(("sglang-memory", "speculative-fidelity", "parallel-fidelity", "engine-pairs",
                               "silicon-rows"), engine_fidelity),
     "vllm-memory": Block(("vllm-memory",), vllm_memory),
-    "timing-fidelity": Block(("timing-fidelity",), timing_fidelity),
+    "timing-fidelity": Block(("timing-fidelity", "sglang-fidelity"), timing_fidelity),
     "kwon-figure2": Block(("kwon",), kwon_figure2),
     "kwon-rates": Block(("kwon",), kwon_rates),
     "mooncake-cache": Block(("mooncake-cache",), mooncake_cache),

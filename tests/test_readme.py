@@ -3,8 +3,9 @@ by bench/readme.py from the commands it names and compared, and every figure and
 prose is checked against the same outputs.
 
 By default this checks every block, fact and claim that needs no slow run (about 25 s on 2
-cores); the `kvplan plan` searches, the 16-token Mooncake sweep, the Alpaca sharing replay,
-bench/timing_fidelity.py (about 6 minutes together) and `kvplan validate` (whose errors are
+cores); the `kvplan plan` searches, the 16-token Mooncake sweep, the Alpaca sharing replay, the
+fidelity benches bench/timing_fidelity.py, sglang_fidelity.py, parallel_fidelity.py and
+silicon_rows.py (about 10 minutes together) and `kvplan validate` (whose errors are
 floating-point results of the machine's torch kernels) run with KVPLAN_README_ALL=1, and always in
 `python bench/readme.py --check`. A block whose trace is not
 in ../shared, or that needs torch (`kvplan validate`) where it is not installed, skips.
