@@ -120,3 +120,19 @@ def test_check_exits_1_on_a_difference(tmp_path, monkeypatch):
     assert readme.main(["--only", "lesson-sweep"]) == 0
     assert path.read_text(encoding="utf-8") == TEXT and [p.name for p in tmp_path.iterdir()] == ["README.md"]
     assert readme.main(["--check", "--only", "lesson-sweep"]) == 0
+
+
+def test_sglang_own_reads_the_held_out_row_of_sglangs_own_rules():
+    """bench/sglang_fidelity.py prints 'all but bursts' twice: first beside vLLM's restatement, then
+    under "SGLang's own, leave-one-source-out"; the README's row is the second one's first column."""
+    text = "\n".join([
+        "median |error| overall",
+        "                                  |        vLLM's restatement        |       SGLang's own, shipped      ",
+        "all but bursts                 56  |   7.9%   20.2%   22.6%   23.2% |   7.3%   19.9%   18.6%   21.1% ",
+        "                                  | SGLang's own, leave-one-source-out|    SGLang's own, refit on all    ",
+        "                                  | thr     E2E     TTFT    ITL      | thr     E2E     TTFT    ITL      ",
+        "all but bursts                 56  |   1.0%    2.0%    3.0%    4.0% |   5.0%    6.0%    7.0%    8.0% ",
+    ])
+    assert readme.sglang_own(text) == (56, ["1.0%", "2.0%", "3.0%", "4.0%"])
+    with pytest.raises(readme.ProseError):
+        readme.sglang_own(text.replace("leave-one-source-out", "held out"))
