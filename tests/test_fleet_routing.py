@@ -174,6 +174,21 @@ def test_a_router_key_of_another_policy_is_one_line(tmp_path, run_cli):
     assert code == 2 and "router.index" in err and "llm_d" in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("router, field, says", [
+    ("{policy: llm_d, lru_capacity_blocks: 0}", "router.lru_capacity_blocks", "integer >= 1"),
+    ("{policy: llm_d, lru_capacity_blocks: 2.5}", "router.lru_capacity_blocks", "integer"),
+    ("{policy: llm_d, active_request_weight: -1}", "router.active_request_weight", ">= 0"),
+    ("{policy: random, lru_capacity_blocks: 10}", "router.lru_capacity_blocks", "llm_d"),
+])
+def test_llm_d_lru_capacity_and_active_request_weight_refused_in_one_line(tmp_path, run_cli, router, field, says):
+    path = tmp_path / "f.yaml"
+    path.write_text(f"name: f\nexperiment: fleet\nmodel: {MODEL}\ngpu: L40S\npool: {{gpu_memory_utilization: 0.9}}\n"
+                    "requests:\n  count: 10\n  prompt: {dist: fixed, value: 100}\n  output: {dist: fixed, value: 10}\n"
+                    f"  arrival: {{process: poisson, rate: 1}}\nreplicas:\n  - {{count: 2}}\nrouter: {router}\n")
+    code, out, err = run_cli("simulate", str(path))
+    assert code == 2 and field in err and says in err and len(err.strip().splitlines()) == 1, err
+
+
 # ---- the gateway in front of a router ---------------------------------------------------------------
 
 GATED = dict(count=300, prompt="{dist: fixed, value: 1000}", output="{dist: fixed, value: 20}", rate=4, replicas=2)
@@ -243,6 +258,43 @@ def test_llm_d_approximate_index_matches_256_blocks_of_the_pods_block_size():
         scores, _ = router._prefix(second, 6400, 64)
         assert scores == [0.0, want], block
     assert make_router(RouterSpec("llm_d", max_prefix_tokens=640), reps, 0).max_prefix == 640
+
+
+def test_llm_d_approximate_index_forgets_past_its_lru_capacity_by_hand():
+    """lruCapacityPerServer: replica 1 (idle, so every prompt goes there) remembers 4 blocks of its
+    16-token blocks. Prompt A (blocks 0-3) fills its index; prompt B (blocks 10-13) pushes A's four
+    blocks out, so A scores 0 there and B 1. With the default capacity (the replica's 1,000 KV
+    blocks) A is still held: 1."""
+    from kvplan.fleet.routers import make_router
+    from kvplan.workload.routing import RouterSpec
+
+    a, b = [0, 1, 2, 3], [10, 11, 12, 13]
+    for capacity, want in ((4, 0.0), (None, 1.0)):
+        reps = [_replica(used=900, waiting=3), _replica(used=0, waiting=0)]
+        router = make_router(RouterSpec("llm_d", lru_capacity_blocks=capacity), reps, 0)
+        router.sync()
+        assert router.assign(_chunk(a, 64)).tolist() == [1]
+        assert router.assign(_chunk(b, 64)).tolist() == [1]
+        assert router._prefix(a, 64, 16)[0] == [0.0, want], capacity
+        assert router._prefix(b, 64, 16)[0] == [0.0, 1.0], capacity
+
+
+def test_llm_d_active_request_scorer_counts_its_own_picks_by_hand():
+    """active-request-scorer alone (queue and KV weights 0, no prefix): replicas serving 0 and 2
+    requests at the refresh score 1 (idle) and 0 ((2 - 2) / 2): replica 0. It has 1 now and scores
+    (2 - 1) / 2 = 0.5 against 0: replica 0 again; then both have 2, both score 0, and the seeded
+    tie-break picks either. The queue scorer, read from the refresh alone, would score them 1 and 1
+    at every pick (no one waits)."""
+    from kvplan.fleet.routers import make_router
+    from kvplan.workload.routing import RouterSpec
+
+    reps = [_replica(outstanding=0), _replica(outstanding=2)]
+    router = make_router(RouterSpec("llm_d", queue_weight=0, kv_cache_weight=0, prefix_weight=0,
+                                    active_request_weight=1), reps, 0)
+    router.sync()
+    assert router.assign(_chunk(list(range(4)), 64)).tolist() == [0]
+    assert router.assign(_chunk(list(range(4)), 64)).tolist() == [0]
+    assert router.active == [2, 2]
 
 
 def test_vllm_dp_balances_by_waiting_and_running_by_hand():

@@ -265,6 +265,10 @@ class LlmD(Router):
     - queue-scorer: (max waiting - waiting) / (max waiting - min waiting) over the replicas, 1 when
       all wait alike (vllm:num_requests_waiting);
     - kv-cache-utilization-scorer: 1 - the share of KV blocks in use (vllm:kv_cache_usage_perc);
+    - active-request-scorer (weight active_request_weight): the requests sent a pod and not finished,
+      counted by the scheduler itself as it picks (its inflight-load-producer), so fresh within a
+      refresh too: 1 for an idle pod, else (most - its count) / most (llm-d-inference-scheduler,
+      scorer/activerequest, idleThreshold 0, maxBusyScore 1);
     - prefix-cache-scorer, `index: approximate`: of the prompt's first max_prefix_tokens (256
       blocks of the first replica's block size unless set), the
       blocks this replica holds by the scheduler's own LRU of what it sent (its matchLongestPrefix:
@@ -282,10 +286,15 @@ class LlmD(Router):
         # the prompt tokens the approximate index matches at most: the file's, or 256 blocks of the
         # block size the first pod reports (the plugin's getBlockSize reads pods[0]'s metrics)
         self.max_prefix = spec.max_prefix_tokens or MAX_PREFIX_BLOCKS * replicas[0].setup.block_size
+        # the tokens the approximate index remembers per pod: lruCapacityPerServer blocks of the pod's
+        # block size where the file sets it, else the pod's KV pool (_hash_capacity)
+        self.lru_tokens = ([spec.lru_capacity_blocks * r.setup.block_size for r in replicas]
+                           if spec.lru_capacity_blocks is not None else None)
 
     def sync(self) -> None:
         self.queue = _min_max([r.waiting for r in self.replicas], lower_is_better=True)
         self.free = [1.0 - r.blocks_used / max(r.setup.num_blocks, 1) for r in self.replicas]
+        self.active = [r.outstanding for r in self.replicas]
 
     def _prefix(self, ids, prompt: int, size: int) -> tuple[list[float], list[int]]:
         """Each replica's prefix-cache score, and the block keys the approximate index is to
@@ -308,16 +317,23 @@ class LlmD(Router):
         out = np.empty(len(chunk), dtype=np.int64)
         size = chunk.hash_block_size
         draws = self.tie.random(len(chunk)).tolist()
-        wq, wk, wp = spec.queue_weight, spec.kv_cache_weight, spec.prefix_weight
+        wq, wk, wp, wa = spec.queue_weight, spec.kv_cache_weight, spec.prefix_weight, spec.active_request_weight
         base = [wq * q + wk * f for q, f in zip(self.queue, self.free)]
+        active = self.active
         for i, p in enumerate(chunk.prompt_len.tolist()):
             ids = chunk.hash_ids[i] if chunk.hash_ids is not None else None
             prefix, keys = self._prefix(ids, p, size) if wp else ([0.0] * n, [])
             scores = [b + wp * x for b, x in zip(base, prefix)]
+            if wa:
+                most = max(active)
+                scores = [s + wa * (1.0 if a <= 0 else (most - a) / most) for s, a in zip(scores, active)]
             best = _pick(scores, max(scores), draws[i])
+            active[best] += 1
             out[i] = best
             if keys:
-                self.index.remember(best, keys, _hash_capacity(self.replicas[best], size))
+                capacity = (max(1, self.lru_tokens[best] // max(size, 1)) if self.lru_tokens is not None
+                            else _hash_capacity(self.replicas[best], size))
+                self.index.remember(best, keys, capacity)
         return out
 
 

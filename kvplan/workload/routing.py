@@ -21,7 +21,7 @@ ROUTERS = {
                     "prefill + the KV tokens it holds; the cheapest wins",
     "llm_d": "llm-d's inference scheduler: prefix_weight x its prefix-cache score (an approximate index of "
              "what it sent, or the precise one of the replicas' KV events) + kv_cache_weight x (1 - KV in use) "
-             "+ queue_weight x its queue score; the highest wins",
+             "+ queue_weight x its queue score + active_request_weight x its active-request score; the highest wins",
     "sglang": "SGLang's cache-aware router: the least-loaded replica when the loads are imbalanced, else the "
               "longest prefix match when it covers more than cache_threshold of the prompt, else the least loaded",
     "vllm_dp": "vLLM's own data-parallel load balancer (vllm serve --data-parallel-size, a dense model's ranks): "
@@ -32,7 +32,8 @@ ROUTER_NAMES = tuple(ROUTERS)
 COMMON_KEYS = ("policy", "sync_interval_s", "gateway_s")
 POLICY_KEYS = {
     "prefix_aware": ("overlap_weight",),
-    "llm_d": ("index", "prefix_weight", "kv_cache_weight", "queue_weight", "prefix_score", "max_prefix_tokens"),
+    "llm_d": ("index", "prefix_weight", "kv_cache_weight", "queue_weight", "active_request_weight", "prefix_score",
+              "max_prefix_tokens", "lru_capacity_blocks"),
     "sglang": ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold"),
 }
 ROUTER_KEYS = COMMON_KEYS + tuple(k for keys in POLICY_KEYS.values() for k in keys)
@@ -70,7 +71,14 @@ class RouterSpec:
       gateway-api-inference-extension prefix plugin hashes the prompt's characters in blocks of 4 x
       the pod's reported block size, maxPrefixBlocksToMatch 256 of them, pkg/epp/scheduling/framework/
       plugins/multi/prefix/plugin.go at 6f84d17a, 2025-10-22) or precise (the pods' own caches,
-      from vLLM's KV events); `prefix_score` ratio (matched / prompt blocks, llm-d since May 2026) or
+      from vLLM's KV events); `lru_capacity_blocks`, the approximate index's lruCapacityPerServer: the
+      blocks of the pod's block size it remembers per pod, the least recently sent forgotten first
+      (None: as many as the pod's KV holds; the plugin's default, 31,250, is more than most pods
+      hold; published configs set 2,200, "per-Pod KVCache size (~141K) / block size (64)");
+      `active_request_weight` (0 unless set), the weight of llm-d's active-request-scorer, which
+      counts the requests the scheduler sent a pod and has not seen finish (1 for an idle pod, else
+      (most - its count) / most);
+      `prefix_score` ratio (matched / prompt blocks, llm-d since May 2026) or
       min_max (the precise scorer before: (hits - min) / (max - min) over the pods that hold the
       prompt's first block, 1 when they hold alike, the other pods 0).
     - sglang (SGLang's model gateway, its cache_aware policy and defaults): `cache_threshold` 0.3,
@@ -84,8 +92,10 @@ class RouterSpec:
     prefix_weight: float = 2.0
     kv_cache_weight: float = 1.0
     queue_weight: float = 1.0
+    active_request_weight: float = 0.0
     prefix_score: str = "ratio"
     max_prefix_tokens: int | None = None
+    lru_capacity_blocks: int | None = None
     cache_threshold: float = 0.3
     balance_abs_threshold: int = 64
     balance_rel_threshold: float = 1.5
@@ -96,11 +106,13 @@ class RouterSpec:
         check_float(self.gateway_s, "gateway_s", ge=0, le=60, optional=True)
         check_float(self.overlap_weight, "overlap_weight", ge=0, le=1000)
         check_choice(self.index, LLM_D_INDEXES, "index")
-        for key in ("prefix_weight", "kv_cache_weight", "queue_weight"):
+        for key in ("prefix_weight", "kv_cache_weight", "queue_weight", "active_request_weight"):
             check_float(getattr(self, key), key, ge=0, le=1000)
         check_choice(self.prefix_score, PREFIX_SCORES, "prefix_score")
         if self.max_prefix_tokens is not None:
             check_int(self.max_prefix_tokens, "max_prefix_tokens", ge=1, le=2**31)
+        if self.lru_capacity_blocks is not None:
+            check_int(self.lru_capacity_blocks, "lru_capacity_blocks", ge=1, le=2**31)
         check_float(self.cache_threshold, "cache_threshold", ge=0, le=1)
         check_int(self.balance_abs_threshold, "balance_abs_threshold", ge=0, le=2**31)
         check_float(self.balance_rel_threshold, "balance_rel_threshold", ge=1, le=1000)

@@ -501,7 +501,7 @@ def _router(node: YamlNode) -> RouterSpec:
                 raise node.node(key).error(f"applies to router policy {owner}, and this router is {policy}")
             if key in ("index", "prefix_score"):
                 values[key] = node.get_choice(key, LLM_D_INDEXES if key == "index" else PREFIX_SCORES)
-            elif key in ("max_prefix_tokens", "balance_abs_threshold"):
+            elif key in ("max_prefix_tokens", "lru_capacity_blocks", "balance_abs_threshold"):
                 values[key] = node.get_int(key, ge=0 if key == "balance_abs_threshold" else 1, le=2**31)
             else:
                 values[key] = node.get_float(key, ge=0)
