@@ -145,14 +145,17 @@ from kvplan.workload.routing import GATEWAY_DEFAULT_S
 # kvplan's TPOT mean: the engine's decode pace, not a target) and ITL p90s (s; printed: with half the
 # gaps ~0, a p90 far above the time per token means tokens reach the client in bursts), and each
 # scheduler as the report configures it, in kvplan's words.
+# X-37's cluster and workload (the module docstring), which X-37-repeat ran again: its load stages after
+# the warm-up, and the rest
+X37_STAGES = [(3, 210), (4, 180), (5, 120), (6, 120), (8, 90), (10, 70), (12, 60), (15, 50), (20, 50)]
+X37_SETUP = {"model": "meta-llama/Llama-3.1-70B-Instruct", "gpu": "H100-80GB", "tp": 4, "pods": 4,
+             "pool": "{gpu_memory_utilization: 0.9}", "groups": 83, "per_group": 3, "system": 8000, "question": 1000,
+             "output": 1000}
 SOURCES = {
     # See the module docstring.
     "X-37": {
-        "model": "meta-llama/Llama-3.1-70B-Instruct", "gpu": "H100-80GB", "tp": 4, "pods": 4,
-        "pool": "{gpu_memory_utilization: 0.9}", "groups": 83, "per_group": 3, "system": 8000, "question": 1000,
-        "output": 1000,
-        "stages": [(9, 30), (3, 210), (4, 180), (5, 120), (6, 120), (8, 90), (10, 70), (12, 60), (15, 50),
-                   (20, 50)],
+        **X37_SETUP,
+        "stages": [(9, 30), *X37_STAGES],
         "measured": {
             "precise": {3: 0.201, 4: 0.277, 5: 0.281, 6: 0.281, 8: 0.280, 10: 0.282, 12: 0.282, 15: 0.288,
                         20: 0.290},
@@ -243,11 +246,8 @@ SOURCES = {
     # report's comment sizes that number for its 141K-token pods); precise-prefix-cache_load = precise
     # prefix 2 (blockSize 64) + kv 1 + active-request 1, its scores taken min-max normalised as X-37's.
     "X-37-repeat": {
-        "model": "meta-llama/Llama-3.1-70B-Instruct", "gpu": "H100-80GB", "tp": 4, "pods": 4,
-        "pool": "{gpu_memory_utilization: 0.9}", "groups": 83, "per_group": 3, "system": 8000, "question": 1000,
-        "output": 1000,
-        "stages": [(10, 25), (3, 210), (4, 180), (5, 120), (6, 120), (8, 90), (10, 70), (12, 60), (15, 50),
-                   (20, 50)],
+        **X37_SETUP,
+        "stages": [(10, 25), *X37_STAGES],
         "measured": {
             "precise": {3: 0.400, 4: 0.486, 5: 0.400, 6: 0.400, 8: 0.400, 10: 0.400, 12: 0.400, 15: 0.400,
                         20: 0.400},
