@@ -179,6 +179,7 @@ def test_a_router_key_of_another_policy_is_one_line(tmp_path, run_cli):
     ("{policy: llm_d, lru_capacity_blocks: 2.5}", "router.lru_capacity_blocks", "integer"),
     ("{policy: llm_d, active_request_weight: -1}", "router.active_request_weight", ">= 0"),
     ("{policy: random, lru_capacity_blocks: 10}", "router.lru_capacity_blocks", "llm_d"),
+    ("{policy: llm_d, index: precise, lru_capacity_blocks: 10}", "router.lru_capacity_blocks", "approximate index"),
 ])
 def test_llm_d_lru_capacity_and_active_request_weight_refused_in_one_line(tmp_path, run_cli, router, field, says):
     path = tmp_path / "f.yaml"

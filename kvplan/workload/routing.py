@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.workload.checks import check_choice, check_float, check_int
+from kvplan.workload.checks import check_choice, check_float, check_int, fail
 
 ROUTERS = {
     "round_robin": "request i goes to replica i mod N (a Kubernetes Service, vLLM's production stack)",
@@ -73,8 +73,9 @@ class RouterSpec:
       plugins/multi/prefix/plugin.go at 6f84d17a, 2025-10-22) or precise (the pods' own caches,
       from vLLM's KV events); `lru_capacity_blocks`, the approximate index's lruCapacityPerServer: the
       blocks of the pod's block size it remembers per pod, the least recently sent forgotten first
-      (None: as many as the pod's KV holds; the plugin's default, 31,250, is more than most pods
-      hold; published configs set 2,200, "per-Pod KVCache size (~141K) / block size (64)");
+      (None: as many as the pod's KV holds, which the plugin's default of 31,250 blocks matches or
+      exceeds on the pods of the published runs; their configs also set 2,200, "per-Pod KVCache size
+      (~141K) / block size (64)", on pods three times larger too: bench/routing_fidelity.py);
       `active_request_weight` (0 unless set), the weight of llm-d's active-request-scorer, which
       counts the requests the scheduler sent a pod and has not seen finish (1 for an idle pod, else
       (most - its count) / most);
@@ -113,6 +114,9 @@ class RouterSpec:
             check_int(self.max_prefix_tokens, "max_prefix_tokens", ge=1, le=2**31)
         if self.lru_capacity_blocks is not None:
             check_int(self.lru_capacity_blocks, "lru_capacity_blocks", ge=1, le=2**31)
+            if self.index != "approximate":
+                raise fail("lru_capacity_blocks", "applies to the approximate index (the precise one reads the "
+                                                  "replicas' caches); drop it or give index: approximate")
         check_float(self.cache_threshold, "cache_threshold", ge=0, le=1)
         check_int(self.balance_abs_threshold, "balance_abs_threshold", ge=0, le=2**31)
         check_float(self.balance_rel_threshold, "balance_rel_threshold", ge=1, le=1000)
