@@ -5,8 +5,11 @@ checked on each of TARGETED, per source): X-37 (described here), X-37-repeat (a 
 workload and cluster, whose report states every scheduler's configuration), X-70R-6kSys (8 pods of a
 32B, a 6,000-token system prompt) and L1 (short prompts; printed, not a target, see TARGETED).
 
-The first benchmark, X-37: llm-d's precise prefix-cache-aware guide, its Inference-Perf report
-(llm-d/llm-d, guides/precise-prefix-cache-aware/benchmark-results, charts at commit 209c37c4):
+The first benchmark, X-37: llm-d's Inference-Perf report "This benchmark report compares the
+performance of the different llm-d well-lit scheduling strategies (default + precise), along with
+load-based and random scheduling" (found in the search index by that title and first line, which
+give no repository or path; the precise guide's charts, llm-d/llm-d guides/precise-prefix-cache-aware/
+benchmark-results at 209c37c4, once cited here, are of a later 8-pod Qwen3-32B run):
 4 vLLM pods of meta-llama/Llama-3.1-70B-Instruct, each on 4 H100s (TP4); Inference-Perf's
 shared_prefix data, 83 groups x 3 prompts of an 8,000-token system prompt + a 1,000-token question,
 1,000 output tokens (ignore_eos); stages of Poisson arrivals (Inference-Perf's `constant` load:
