@@ -7,6 +7,7 @@ import pytest
 
 from kvplan.experiments import load
 from kvplan.fleet.run import simulate_fleet
+from tests.test_fleet import fleet_file
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -164,12 +165,12 @@ def test_sglang_routes_by_match_then_by_load_by_hand():
     assert router.assign(_chunk(list(range(20)), 320)).tolist() == [0]
 
 
+TEN = ("  count: 10\n  prompt: {dist: fixed, value: 100}\n  output: {dist: fixed, value: 10}\n"
+       "  arrival: {process: poisson, rate: 1}\n")
+
+
 def test_a_router_key_of_another_policy_is_one_line(tmp_path, run_cli):
-    path = tmp_path / "f.yaml"
-    path.write_text(f"name: f\nexperiment: fleet\nmodel: {MODEL}\ngpu: L40S\npool: {{gpu_memory_utilization: 0.9}}\n"
-                    "requests:\n  count: 10\n  prompt: {dist: fixed, value: 100}\n  output: {dist: fixed, value: 10}\n"
-                    "  arrival: {process: poisson, rate: 1}\nreplicas:\n  - {count: 2}\n"
-                    "router: {policy: sglang, index: precise}\n")
+    path = fleet_file(tmp_path, TEN, replicas="  - {count: 2}\n", router="{policy: sglang, index: precise}")
     code, out, err = run_cli("simulate", str(path))
     assert code == 2 and "router.index" in err and "llm_d" in err and len(err.strip().splitlines()) == 1, err
 
@@ -182,10 +183,7 @@ def test_a_router_key_of_another_policy_is_one_line(tmp_path, run_cli):
     ("{policy: llm_d, index: precise, lru_capacity_blocks: 10}", "router.lru_capacity_blocks", "approximate index"),
 ])
 def test_llm_d_lru_capacity_and_active_request_weight_refused_in_one_line(tmp_path, run_cli, router, field, says):
-    path = tmp_path / "f.yaml"
-    path.write_text(f"name: f\nexperiment: fleet\nmodel: {MODEL}\ngpu: L40S\npool: {{gpu_memory_utilization: 0.9}}\n"
-                    "requests:\n  count: 10\n  prompt: {dist: fixed, value: 100}\n  output: {dist: fixed, value: 10}\n"
-                    f"  arrival: {{process: poisson, rate: 1}}\nreplicas:\n  - {{count: 2}}\nrouter: {router}\n")
+    path = fleet_file(tmp_path, TEN, replicas="  - {count: 2}\n", router=router)
     code, out, err = run_cli("simulate", str(path))
     assert code == 2 and field in err and says in err and len(err.strip().splitlines()) == 1, err
 
