@@ -390,6 +390,57 @@ def main() -> None:
         print("tpot entries within 1.2 x their HBM floor (hbm_floor_ms: a plain decode step cannot be that fast):")
         for name, got, floor in tight:
             print(f"  {name:58} measured {got:6.2f} ms, floor {floor:6.2f} ms ({got / floor:.2f} x)")
+    mtp_what_if([(e, pred) for e, predicted in zip(entries, predictions) for _, _, pred in predicted
+                 if e["kind"] == "tpot"])
+
+
+def mtp_speedup_at(model: str, gpu: str, tp: int, batch: int, context: int, kv_dtype: str = "auto") -> float | None:
+    """Plain decode TPOT over TPOT with one MTP draft token at kvplan's published default acceptance
+    (kvplan/model/speculative.py): `kvplan step --speculative mtp --num-speculative-tokens 1` at that
+    batch and context, on the TP step model (vLLM's constants, experts split by TP: a ratio, not a
+    TPOT). None for a model without MTP layers (num_nextn_predict_layers)."""
+    from kvplan.model.resolve import load_spec
+    from kvplan.model.step import step_of
+
+    if not load_spec(model).raw.get("num_nextn_predict_layers"):
+        return None
+    report = step_of(model, gpu=gpu, tp=tp, batch=batch, context=context, kv_dtype=kv_dtype,
+                     speculative="mtp", num_speculative_tokens=1)
+    return report["speculative"]["step"]["speedup"]
+
+
+def mtp_speedup(entry: dict) -> float | None:
+    """mtp_speedup_at for a tpot entry of attention TP (dp 1, no pipeline) at its batch and a context of
+    isl + osl / 2; None for the other entries."""
+    s, p = entry["setup"], entry["parallel"]
+    if p["dp"] != 1 or p["pp"] != 1:
+        return None
+    return mtp_speedup_at(entry["model"], entry["gpu"], p["tp"], s["batch_per_dp_rank"], s["isl"] + s["osl"] // 2,
+                          s.get("kv_cache_dtype") or "auto")
+
+
+def mtp_what_if(rows: list[tuple[dict, float]]) -> None:
+    """What the tpot entries of an MTP model would be off by had they run one MTP draft token (not
+    stated by the rows; aiconfigurator's task defaults of the time give DeepSeek models nextn 1: the
+    corpus header), grouped by the day the source says each was measured: kvplan's plain prediction
+    over mtp_speedup. A what-if, not the restatement: nothing above uses it."""
+    import re
+
+    picked = [(e, pred, mtp_speedup(e)) for e, pred in rows]
+    picked = [(e, pred, sp) for e, pred, sp in picked if sp]
+    if not picked:
+        return
+    print("what if the attention-TP tpot entries of MTP models ran one MTP draft token (not stated; mtp_speedup):")
+    by_day: dict[str, list[tuple[float, float]]] = {}
+    for e, pred, sp in picked:
+        got = e["measured"]["tpot_ms"]
+        day = re.search(r"measured=(\d{4}-\d\d-\d\d)", e.get("quote", ""))
+        by_day.setdefault(day[1] if day else "date not stated", []).append((pred / got - 1, pred / sp / got - 1))
+        print(f"  {e['id']:58} measured {got:6.2f} ms, plain {pred:6.2f} ({pred / got - 1:+.1%}), "
+              f"MTP x{sp:.2f} {pred / sp:6.2f} ({pred / sp / got - 1:+.1%})")
+    for day, errs in sorted(by_day.items()):
+        plain, mtp = (statistics.median(abs(x[i]) for x in errs) for i in (0, 1))
+        print(f"  measured {day}: median |error| plain {plain:.1%}, with one MTP token {mtp:.1%} over {len(errs)}")
 
 
 if __name__ == "__main__":

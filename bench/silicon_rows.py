@@ -99,6 +99,32 @@ def table(title: str, groups: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
+def mtp_table(done: list[tuple[dict, dict]]) -> list[str]:
+    """The rows of models with MTP layers, per engine, model and GPU: TPOT error as predicted (a plain
+    decode) and had each run one MTP draft token (bench/parallel_fidelity.mtp_speedup_at at the row's
+    concurrency and a context of isl + osl / 2). The rows state no speculative decoding; aiconfigurator's
+    task defaults of the time give DeepSeek models nextn 1 (tests/data/aiconfigurator_silicon_rows.yaml's
+    header). A what-if: the tables above do not use it."""
+    from parallel_fidelity import mtp_speedup_at
+
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for r, e in done:
+        sp = mtp_speedup_at(r["model_path"], GPUS[r["system"]], int(r["tp_size"]), r["concurrency"],
+                            int(r["isl"]) + int(r["osl"]) // 2, "fp8" if r["precision"] == "fp8" else "auto")
+        if sp:
+            groups.setdefault(f"{r['backend']} {r['model_path']} {r['system']}", []).append(
+                (e["tpot"], (1 + e["tpot"]) / sp - 1))
+    if not groups:
+        return []
+    lines = ["\nwhat if the rows of MTP models ran one MTP draft token (not stated; TPOT |err| and signed median)",
+             f"  {'':44} {'runs':>5}   {'as predicted':>12} {'signed':>8}   {'one MTP token':>13} {'signed':>8}"]
+    for name, errs in sorted(groups.items()):
+        cells = [f"{statistics.median(abs(x[i]) for x in errs):>{w}.1%} {statistics.median(x[i] for x in errs):>+8.1%}"
+                 for i, w in ((0, 12), (1, 13))]
+        lines.append(f"  {name[:44]:44} {len(errs):>5}   {'   '.join(cells)}")
+    return lines
+
+
 def main() -> None:
     import argparse
 
@@ -133,6 +159,7 @@ def main() -> None:
     lines += table("per engine and concurrency",
                    by(lambda r: f"{r['backend']} {BANDS[band(r)][0]}-{BANDS[band(r)][1]} clients".replace("-100000", "+"),
                       order=lambda r: (r["backend"], band(r))))
+    lines += mtp_table(done)
     for line in lines:
         print(line)
     print(f"\n{len(done)} of {len(rows)} rows restated ({ROWS.relative_to(ROOT)}); no kvplan constant was fitted to them.")

@@ -286,3 +286,20 @@ def test_aiperfs_mean_over_twenty_rounds_from_the_warm_up_and_two_rounds():
     assert (pf.AIPERF_WARMUP_ROUNDS, pf.AIPERF_ROUNDS) == (2, 20)
     tpot = np.array([9.0, 9.0, 9.0, 9.0, 10.0, 12.0, 6.0, 8.0])
     assert pf.aiperf_mean(tpot, 2) == pytest.approx(10.8)
+
+
+def test_the_mtp_what_if_is_bounded_by_the_tokens_a_step_emits():
+    """bench/parallel_fidelity.mtp_speedup_at: one MTP draft token accepted with probability a emits
+    1 + a tokens a step, and its verify step costs at least the plain one, so the speedup lies above
+    1 (a memory-bound batch-1 step verifies two tokens for the price of about one) and below 1 + a.
+    Entries with DP ranks, and models without MTP layers, get none."""
+    from kvplan.model.speculative import make_speculative
+
+    pf = bench_module("parallel_fidelity")
+    accepted = make_speculative("mtp", 1, None).acceptance[0]
+    for batch in (1, 128):
+        assert 1.0 < pf.mtp_speedup_at("deepseek-ai/DeepSeek-R1", "H200", 8, batch, 5120, "fp8") < 1.0 + accepted
+    assert pf.mtp_speedup_at("meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", 1, 8, 2048) is None
+    entry = {"model": "deepseek-ai/DeepSeek-R1", "gpu": "H200",
+             "parallel": {"tp": 1, "dp": 8, "pp": 1}, "setup": {"isl": 1024, "osl": 1024, "batch_per_dp_rank": 8}}
+    assert pf.mtp_speedup(entry) is None
