@@ -580,7 +580,9 @@ def engine_fidelity(out: Out) -> str:
     memory = re.search(r"^  memory +(\S+) over +(\d+)", pa, re.M)
     prefill = re.search(r"^  prefill +(\S+) over +(\d+)", pa, re.M)
     pa_sources = len(re.findall(r"^  \S+ +(?:held out|rest) ", pa, re.M))
-    require(step is not None and memory is not None and prefill is not None, "bench/parallel_fidelity.py changed")
+    mtp = re.search(r"^  measured 2026-01-14: median \|error\| plain (\S+), with one MTP token (\S+) over (\d+)$", pa, re.M)
+    require(step is not None and memory is not None and prefill is not None and mtp is not None,
+            "bench/parallel_fidelity.py changed")
     ep = out["engine-pairs"]
     named = {k: re.search(rf"^  {k} +same engine in (\d+) of (\d+) clear pairs; (\d+) near ties", ep, re.M)
              for k in ("tpot", "ttft", "throughput")}
@@ -618,7 +620,12 @@ def engine_fidelity(out: Out) -> str:
               f"({memory.group(2)} pools), wide-EP prefill throughput {prefill.group(1)} ({prefill.group(2)}); "
               f"step times {step.group(3)} on the sources not held out ({step.group(4)}) but {step.group(1)} on the "
               f"held-out ones ({step.group(2)}: TensorRT-LLM's DeepSeek-R1 decode and vLLM V0 pipelines over "
-              "PCIe), short of the 15% the model is meant to reach."),
+              "PCIe), short of the 15% the model is meant to reach. Those DeepSeek-R1 rows state no speculative "
+              "decoding, and aiconfigurator, which published them, configured DeepSeek deployments with one MTP "
+              "draft token by default then: had the "
+              f"{mtp.group(3)} attention-TP rows of 2026-01-14 run one (kvplan's published acceptance, nothing "
+              f"fitted), they would be {mtp.group(2)} off instead of {mtp.group(1)}, a what-if the bench prints "
+              "and does not score."),
         prose(f"**vLLM or SGLang** (`python bench/engine_pairs.py`: {e['vllm'][0]} pairs of runs, vLLM "
               f"{', '.join(versions['vllm'])} and SGLang {', '.join(versions['sglang'])} on the same setup, {pair_model} "
               f"on {pair_gpu} at TP {tps[0]}-{tps[-1]}, from one file of measurements; no constant was fitted to them, "

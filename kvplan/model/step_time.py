@@ -122,7 +122,12 @@ timing profile changes.
   NVIDIA runs (`--set expert_half_width=0 --set expert_tiles_per_unit=1.94`) SGLang's TPOT error
   falls 30.0 -> 15.7% (DeepSeek-R1/V3 at TP 8, experts 256 columns wide there: +43-45% -> -8%)
   and vLLM's 14.7 -> 13.2% (its Qwen3-235B-FP8 runs -16.8 -> -30.5%), and parallel_fidelity's
-  held-out step rows 31.4 -> 21.8%; but SGLang's TTFT error rises 32.1 -> 39.5%, and refitting
+  held-out step rows 31.4 -> 21.8%. Much of that evidence is suspect: the DeepSeek rows it fixes
+  (aiconfigurator's, SGLang's and TensorRT-LLM's) state no speculative decoding, aiconfigurator's
+  deployments of DeepSeek ran one MTP draft token by default then, and with one (kvplan's published
+  acceptance, nothing fitted) the width term's plain predictions already come within 8.6-18.5% on
+  SGLang's 78 such runs and 8.4% on the held-out TensorRT-LLM rows of 2026-01-14 (bench/
+  silicon_rows.py, bench/parallel_fidelity.py: their what-if tables). Also, SGLang's TTFT error rises 32.1 -> 39.5%, and refitting
   every constant with it (`--fit`) leaves held-out TTFT worse (all but bursts 31.7 -> 35.5%,
   single requests 25.3 -> 36.3%, closed loops 43.8 -> 53.5%) for better throughput, E2E and ITL.
   What it uncovers is TTFT: the MoE runs' measured TTFT exceeds kvplan's by an amount that does
