@@ -130,3 +130,40 @@ def test_a_rank_pool_is_what_kvplan_size_dp_frees(tmp_path):
     gain = four.parallel["kv_tokens_per_dp_rank"] - one.report.vllm_kv_cache_tokens
     assert gain > 100_000  # 3/4 of the experts' ~57 GB leave each GPU
     assert abs((ranked - plain) - gain) <= 16
+
+
+@pytest.mark.parametrize("method", ["ngram", "eagle"])
+def test_one_rank_with_speculative_decoding_is_the_single_engine(tmp_path, method):
+    """Speculative decoding on the lockstep engine: each rank's step is its own speculative step
+    (ReferenceSim.step_cost) with the shared MoE terms beside it. One rank without EP shares them
+    with no one, so the run is the numba engine's speculative run to the last digit."""
+    base = (f"model: {MOE}\ngpu: H100-80GB\npool: {{gpu_memory_utilization: 0.9}}\n"
+            "requests: {count: 60, prompt: {dist: lognormal, mean: 800, sigma: 0.8, min: 8, max: 6000},"
+            " output: {dist: lognormal, mean: 150, sigma: 0.8, min: 2, max: 1000},"
+            " arrival: {process: poisson, rate: 12}}\nscheduler: {max_model_len: 8192}\n"
+            f"speculative: {{method: {method}, num_speculative_tokens: 2}}\n")
+    plain = serve_document(_file(tmp_path, base, "a.yaml"))
+    one = serve_document(_file(tmp_path, base + "parallel: {dp: 1}\n", "b.yaml"))
+    assert one["pool_slots"] == plain["pool_slots"]
+    for a, b in zip(plain["results"], one["results"]):
+        assert b.pop("data_parallel")["requests_per_rank"] == [60]
+        assert a == b
+
+
+def test_speculative_ranks_emit_the_accepted_drafts(tmp_path):
+    """One request of a 64-token prompt and 65 output tokens on two EP ranks, one MTP-style draft a
+    step accepted always (acceptance 1.0) or never (0.0), in steps (no gpu): after the prefill's
+    first token each step emits 2 tokens or 1, so the 64 others take 32 steps or 64. The idle rank
+    runs dummy batches beside every one."""
+    runs = {}
+    for rate in (1.0, 0.0):
+        wl = _file(tmp_path, f"model: {MOE}\npool: {{slots: 10000}}\n"
+                   "requests: {count: 1, prompt: {dist: fixed, value: 64}, output: {dist: fixed, value: 65}}\n"
+                   "scheduler: {max_num_batched_tokens: 512, max_model_len: 1024}\n"
+                   f"speculative: {{method: ngram, acceptance: [{rate}]}}\n"
+                   "parallel: {dp: 2, enable_expert_parallel: true}\n", f"w{rate}.yaml")
+        sim = LockstepSim(wl, wl.allocators[0])
+        sim.run()
+        runs[rate] = sim
+    assert [runs[r].steps for r in (1.0, 0.0)] == [1 + 32, 1 + 64]
+    assert all(runs[r].dummy_steps == runs[r].steps for r in runs)

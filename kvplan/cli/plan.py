@@ -103,8 +103,9 @@ def plan(
         from dataclasses import replace
 
         if parallel != ([1], [False]):
-            raise UsageError("speculative decoding with data or expert parallelism is not simulated; drop --dp "
-                             "and --expert-parallel, or --speculative", field="--speculative")
+            raise UsageError("with data or expert parallelism is not searched yet (kvplan simulate runs it: "
+                             "speculative: beside parallel:); drop --dp and --expert-parallel, or --speculative",
+                             field="--speculative")
 
         if "sglang" in engines:
             raise UsageError("is modelled on vLLM's scheduler only; SGLang's engine runs without speculative "

@@ -36,6 +36,13 @@ and the terms scale alike in every layer, so the per-layer maximum sums to the m
 ranks' whole steps. A rank running a dummy batch counts one token and one request. Without a GPU
 (steps as the time unit) every global step is one tick.
 
+Speculative decoding (`speculative:`): each rank schedules its decoding requests 1 + k tokens and
+accepts drafts as reference.py does, and its step is its own speculative step (ReferenceSim.step_cost:
+the drafts verified, the drafter's passes) with the shared MoE terms over every rank's tokens, drafts
+included. A rank's step model holds no routed experts, so an MTP draft pass prices its layer's
+attention and dense part but not that layer's routed experts (one MoE layer's reads a pass; DeepSeek-V3
+has 58 in its step).
+
 Not modelled: the up-to-31 dummy steps after the last request finishes before the every-32-steps
 all-reduce ends the wave (they delay only a request that arrives during them); the 100 ms stats
 staleness is approximated at step boundaries (the snapshot is refreshed at the first step start
@@ -144,16 +151,12 @@ class LockstepSim:
         clock = self.s.clock
         if not clock.timed:
             return 1
-        inputs = []
-        for sim, work in zip(self.ranks, works):
-            if work:
-                inputs.append(sim.step_inputs(work))
-            else:  # a dummy batch of one token (execute_dummy_batch)
-                inputs.append((0, 1, 1, 0))
-        moe = shared_moe_ticks(self.run_par.step, [tokens for _, tokens, _, _ in inputs])
+        # a rank with nothing to run runs a dummy batch of one token (execute_dummy_batch)
+        tokens = [sum(work.values()) if work else 1 for work in works]
+        moe = shared_moe_ticks(self.run_par.step, tokens)
         self.moe_ticks += moe
-        return max(clock.step_ticks(kv, tokens, requests, pairs, extra_gpu=moe)
-                   for kv, tokens, requests, pairs in inputs)
+        return max(sim.step_cost(work, extra_gpu=moe) if work else clock.step_ticks(0, 1, 1, 0, extra_gpu=moe)
+                   for sim, work in zip(self.ranks, works))
 
     def raw(self) -> RawRun:
         reqs, ranks = self.reqs, self.ranks

@@ -208,16 +208,18 @@ class ReferenceSim:
         pairs = sum(prefill_pairs(n, by_id[rid].held) for rid, n in work.items() if by_id[rid].prefilling)
         return kv_read, sum(work.values()), len(work), pairs
 
-    def step_cost(self, work: dict[int, int]) -> int:
-        """Ticks of the scheduled step on this engine's clock."""
+    def step_cost(self, work: dict[int, int], extra_gpu: int = 0) -> int:
+        """Ticks of the scheduled step on this engine's clock, with `extra_gpu` ticks of GPU work
+        beside it (the MoE layers a DP rank shares with the others: kvplan/sim/data_parallel.py)."""
         kv_read, tokens, requests, pairs = self.step_inputs(work)
         if self.s.speculative is None:
-            return self.clock.step_ticks(kv_read, tokens, requests, pairs)
+            return self.clock.step_ticks(kv_read, tokens, requests, pairs, extra_gpu=extra_gpu)
         by_id = {r.rid: r for r in self.running}
         decoding = [rid for rid in work if not by_id[rid].prefilling]
         return self.s.speculative.step_ticks(self.clock, kv_read, tokens, requests, pairs,
                                              len(decoding), sum(work[rid] - 1 for rid in decoding),
-                                             sum(self.kv_read(by_id[rid].held) for rid in decoding))
+                                             sum(self.kv_read(by_id[rid].held) for rid in decoding),
+                                             extra_gpu=extra_gpu)
 
     def run_step(self, work: dict[int, int], dt: int) -> None:
         """Phase 3: the scheduled step runs for `dt` ticks."""

@@ -90,10 +90,11 @@ class SpecSetup:
                 + self.kv_per_token * kv_read + self.attention_per_pair * pairs)
 
     def step_ticks(self, clock: StepClock, kv_read: int, tokens: int, requests: int, pairs: int,
-                   decoders: int, drafts: int, kv_decoders: int) -> int:
+                   decoders: int, drafts: int, kv_decoders: int, extra_gpu: int = 0) -> int:
         """The step's ticks with the drafts verified and the drafter's passes (the physical clock's
-        GPU work; steps as units or the roofline take none)."""
-        extra = self.verify * drafts
+        GPU work; steps as units or the roofline take none), and `extra_gpu` ticks of other GPU
+        work (a DP rank's share of the MoE layers)."""
+        extra = self.verify * drafts + extra_gpu
         if decoders > 0:
             extra += (self.pass_ticks(tokens, requests, kv_read, pairs)
                       + (self.k - 1) * self.pass_ticks(decoders, decoders, kv_decoders, 0))

@@ -650,9 +650,6 @@ class WorkloadSpec:
             raise _fail("parallel", "is modelled on vLLM's DP engine cores; engine: sglang runs without it")
         if self.model is None:
             raise _fail("parallel", "needs a model (its routed experts decide what the DP ranks share)")
-        if self.speculative is not None:
-            raise _fail("parallel", "speculative decoding with data parallelism is not simulated; remove one of "
-                                    "speculative: and parallel:")
         if self.offload is not None:
             raise _fail("parallel", "a CPU tier with data parallelism is not simulated; remove one of offload: "
                                     "and parallel:")
