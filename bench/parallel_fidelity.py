@@ -23,7 +23,10 @@ restates the measured two-batch-overlap speedups of lmsys-large-scale-ep and dee
 lowest sha256 of their name, deterministic) are held out. Prints one line per entry, then the
 median |error| per source, per regime (memory, prefill, decode, DP, PP: regime()), for each part
 and overall, over all rows and over the step-time rows (the issue's target: a median error of at
-most 15%); a source's many rows count once in "the median of the per-source medians".
+most 15%); a source's many rows count once in "the median of the per-source medians". Then a
+what-if that no median uses: the tpot entries of models with MTP layers run again with one MTP draft
+token a step (mtp_what_if: their rows state no speculative decoding, and the deployer's defaults of
+the time had it; tests/data/parallel_measurements.yaml's header).
 
 Run: python bench/parallel_fidelity.py [--set NAME=VALUE ...] [--workers N]
 """
@@ -130,11 +133,12 @@ AIPERF_WARMUP_ROUNDS = 2
 AIPERF_ROUNDS = 20
 
 
-def _tpot_workload(entry: dict, directory: Path):
+def _tpot_workload(entry: dict, directory: Path, mtp: bool = False):
     """kvplan's serve workload of a tpot entry (the lockstep DP engine, kvplan/sim/data_parallel.py,
     even for one rank: EP's experts are priced there), with the bench's parallel step model (the
     engine's constants and --set) in place of the file's. vLLM's scheduler and pool defaults for the
-    GPU stand for the engine's (TensorRT-LLM's own scheduler is not modelled)."""
+    GPU stand for the engine's (TensorRT-LLM's own scheduler is not modelled). `mtp`: with one MTP
+    draft token at kvplan's published acceptance (`speculative: {method: mtp}`; mtp_what_if)."""
     from kvplan.experiments import load as load_workload
 
     s, p = entry["setup"], entry["parallel"]
@@ -146,7 +150,8 @@ def _tpot_workload(entry: dict, directory: Path):
                     + "pool: {gpu_memory_utilization: 0.9}\n"
                     f"requests: {{count: {requests}, prompt: {{dist: fixed, value: {s['isl']}}}, "
                     f"output: {{dist: fixed, value: {s['osl']}}}}}\n"
-                    f"parallel: {{dp: {p['dp']}, enable_expert_parallel: {str(p['enable_expert_parallel']).lower()}}}\n",
+                    f"parallel: {{dp: {p['dp']}, enable_expert_parallel: {str(p['enable_expert_parallel']).lower()}}}\n"
+                    + ("speculative: {method: mtp, num_speculative_tokens: 1}\n" if mtp else ""),
                     encoding="utf-8")
     workload = load_workload(path)
     step = _step(entry, _async(entry))
@@ -154,14 +159,14 @@ def _tpot_workload(entry: dict, directory: Path):
                    timing=replace(workload.timing, step=step.stages[0][2]))
 
 
-def predict_tpot(entry: dict) -> float:
+def predict_tpot(entry: dict, mtp: bool = False) -> float:
     """Mean TPOT of the closed loop the entry measured (AIPERF_WARMUP_ROUNDS, AIPERF_ROUNDS): C clients,
     each sending its next request when its answer is back (kvplan/calibrate/runs.run_benchmark, as
     bench/timing_fidelity.py restates closed loops), through kvplan's serve engine; a request's TPOT
     is (last token - first token) / (output - 1), averaged over a round. With DP attention each
     rank schedules its own queue, so the prefills of several ranks share a lockstep step (a steady
     state in which one rank prefills while the others wait, priced before, was 2-3x too slow on
-    8,192-token prompts)."""
+    8,192-token prompts). `mtp`: the engine drafting one MTP token a step (_tpot_workload)."""
     import tempfile
 
     from kvplan.calibrate.runs import run_benchmark
@@ -175,7 +180,7 @@ def predict_tpot(entry: dict) -> float:
         raise ValueError(f"{entry['id']}: {clients} clients over {dp} DP ranks (the first run caps each rank "
                          "at an equal share of the clients)")
     with tempfile.TemporaryDirectory() as directory:
-        workload = _tpot_workload(entry, Path(directory))
+        workload = _tpot_workload(entry, Path(directory), mtp)
     n = workload.num_requests
 
     def build(arrival, max_num_seqs=None):
@@ -391,7 +396,7 @@ def main() -> None:
         for name, got, floor in tight:
             print(f"  {name:58} measured {got:6.2f} ms, floor {floor:6.2f} ms ({got / floor:.2f} x)")
     mtp_what_if([(e, pred) for e, predicted in zip(entries, predictions) for _, _, pred in predicted
-                 if e["kind"] == "tpot"])
+                 if e["kind"] == "tpot"], args.workers)
 
 
 def mtp_speedup_at(model: str, gpu: str, tp: int, batch: int, context: int, kv_dtype: str = "auto") -> float | None:
@@ -409,35 +414,38 @@ def mtp_speedup_at(model: str, gpu: str, tp: int, batch: int, context: int, kv_d
     return report["speculative"]["step"]["speedup"]
 
 
-def mtp_speedup(entry: dict) -> float | None:
-    """mtp_speedup_at for a tpot entry of attention TP (dp 1, no pipeline) at its batch and a context of
-    isl + osl / 2; None for the other entries."""
-    s, p = entry["setup"], entry["parallel"]
-    if p["dp"] != 1 or p["pp"] != 1:
-        return None
-    return mtp_speedup_at(entry["model"], entry["gpu"], p["tp"], s["batch_per_dp_rank"], s["isl"] + s["osl"] // 2,
-                          s.get("kv_cache_dtype") or "auto")
+def mtp_model(entry: dict) -> bool:
+    """Whether a tpot entry's model has MTP layers (num_nextn_predict_layers)."""
+    from kvplan.model.resolve import load_spec
+
+    return entry["kind"] == "tpot" and bool(load_spec(entry["model"]).raw.get("num_nextn_predict_layers"))
 
 
-def mtp_what_if(rows: list[tuple[dict, float]]) -> None:
-    """What the tpot entries of an MTP model would be off by had they run one MTP draft token (not
+def predict_tpot_mtp(entry: dict) -> float:
+    return predict_tpot(entry, mtp=True)
+
+
+def mtp_what_if(rows: list[tuple[dict, float]], workers: int) -> None:
+    """What the tpot entries of MTP models would be off by had they run one MTP draft token (not
     stated by the rows; aiconfigurator's task defaults of the time give DeepSeek models nextn 1: the
-    corpus header), grouped by the day the source says each was measured: kvplan's plain prediction
-    over mtp_speedup. A what-if, not the restatement: nothing above uses it."""
+    corpus header): each entry's closed loop again, the engine drafting one MTP token a step at
+    kvplan's published acceptance (nothing fitted), grouped by the day the source says each was
+    measured. A what-if, not the restatement: the medians above do not use it."""
     import re
 
-    picked = [(e, pred, mtp_speedup(e)) for e, pred in rows]
-    picked = [(e, pred, sp) for e, pred, sp in picked if sp]
-    if not picked:
+    rows = [(e, pred) for e, pred in rows if mtp_model(e)]
+    if not rows:
         return
-    print("what if the attention-TP tpot entries of MTP models ran one MTP draft token (not stated; mtp_speedup):")
+    with ProcessPoolExecutor(max(workers, 1), initializer=_use_sets, initargs=(dict(SETS),)) as pool:
+        with_mtp = list(pool.map(predict_tpot_mtp, [e for e, _ in rows]))
+    print("what if the tpot entries of MTP models ran one MTP draft token (not stated; predict_tpot(mtp=True)):")
     by_day: dict[str, list[tuple[float, float]]] = {}
-    for e, pred, sp in picked:
+    for (e, pred), mtp in zip(rows, with_mtp):
         got = e["measured"]["tpot_ms"]
         day = re.search(r"measured=(\d{4}-\d\d-\d\d)", e.get("quote", ""))
-        by_day.setdefault(day[1] if day else "date not stated", []).append((pred / got - 1, pred / sp / got - 1))
+        by_day.setdefault(day[1] if day else "date not stated", []).append((pred / got - 1, mtp / got - 1))
         print(f"  {e['id']:58} measured {got:6.2f} ms, plain {pred:6.2f} ({pred / got - 1:+.1%}), "
-              f"MTP x{sp:.2f} {pred / sp:6.2f} ({pred / sp / got - 1:+.1%})")
+              f"one MTP token {mtp:6.2f} ({mtp / got - 1:+.1%})")
     for day, errs in sorted(by_day.items()):
         plain, mtp = (statistics.median(abs(x[i]) for x in errs) for i in (0, 1))
         print(f"  measured {day}: median |error| plain {plain:.1%}, with one MTP token {mtp:.1%} over {len(errs)}")

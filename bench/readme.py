@@ -24,7 +24,7 @@ test on the outputs): a fact is rewritten with the rest, a claim that fails need
 Commands run as `python -m kvplan` of this checkout (PYTHONPATH), each in its own process, two at a
 time, with COLUMNS as the block says, NO_COLOR=1 and HF_HUB_OFFLINE=1. A block whose trace is not
 in ../shared, or that needs torch where it is not installed, is left as it is and listed as
-skipped. A whole run takes about 6 minutes on 2 cores, most of it bench/timing_fidelity.py;
+skipped. A whole run takes about 10 minutes on 2 cores, most of it bench/timing_fidelity.py and bench/parallel_fidelity.py;
 tests/test_readme.py checks every block, fact and claim that needs no slow run (KVPLAN_README_ALL=1:
 all of them).
 """
@@ -623,9 +623,9 @@ def engine_fidelity(out: Out) -> str:
               "PCIe), short of the 15% the model is meant to reach. Those DeepSeek-R1 rows state no speculative "
               "decoding, and aiconfigurator, which published them, configured DeepSeek deployments with one MTP "
               "draft token by default then: had the "
-              f"{mtp.group(3)} attention-TP rows of 2026-01-14 run one (kvplan's published acceptance, nothing "
-              f"fitted), they would be {mtp.group(2)} off instead of {mtp.group(1)}, a what-if the bench prints "
-              "and does not score."),
+              f"{mtp.group(3)} rows of 2026-01-14 run one (kvplan's serve engine drafting it at kvplan's "
+              f"published acceptance, nothing fitted), they would be {mtp.group(2)} off instead of "
+              f"{mtp.group(1)}, a what-if the bench prints and does not score."),
         prose(f"**vLLM or SGLang** (`python bench/engine_pairs.py`: {e['vllm'][0]} pairs of runs, vLLM "
               f"{', '.join(versions['vllm'])} and SGLang {', '.join(versions['sglang'])} on the same setup, {pair_model} "
               f"on {pair_gpu} at TP {tps[0]}-{tps[-1]}, from one file of measurements; no constant was fitted to them, "

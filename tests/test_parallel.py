@@ -292,7 +292,7 @@ def test_the_mtp_what_if_is_bounded_by_the_tokens_a_step_emits():
     """bench/parallel_fidelity.mtp_speedup_at: one MTP draft token accepted with probability a emits
     1 + a tokens a step, and its verify step costs at least the plain one, so the speedup lies above
     1 (a memory-bound batch-1 step verifies two tokens for the price of about one) and below 1 + a.
-    Entries with DP ranks, and models without MTP layers, get none."""
+    Models without MTP layers get none."""
     from kvplan.model.speculative import make_speculative
 
     pf = bench_module("parallel_fidelity")
@@ -300,6 +300,22 @@ def test_the_mtp_what_if_is_bounded_by_the_tokens_a_step_emits():
     for batch in (1, 128):
         assert 1.0 < pf.mtp_speedup_at("deepseek-ai/DeepSeek-R1", "H200", 8, batch, 5120, "fp8") < 1.0 + accepted
     assert pf.mtp_speedup_at("meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", 1, 8, 2048) is None
-    entry = {"model": "deepseek-ai/DeepSeek-R1", "gpu": "H200",
-             "parallel": {"tp": 1, "dp": 8, "pp": 1}, "setup": {"isl": 1024, "osl": 1024, "batch_per_dp_rank": 8}}
-    assert pf.mtp_speedup(entry) is None
+
+
+def test_the_mtp_what_if_closed_loop_is_faster_by_less_than_the_tokens_a_step_emits():
+    """bench/parallel_fidelity.py's what-if runs a tpot entry's closed loop again with one MTP draft
+    token a step (the lockstep engine's speculative steps): a step then emits 1 + a tokens (a, the
+    published acceptance) for at least the plain step's time, so the mean TPOT falls, by less than
+    1 + a. Four clients of DeepSeek-R1 on 8 H200s with EP."""
+    from kvplan.model.speculative import make_speculative
+
+    pf = bench_module("parallel_fidelity")
+    entry = {"id": "mtp-loop", "model": "deepseek-ai/DeepSeek-R1", "gpu": "H200", "engine": "vllm",
+             "engine_version": "0.11.0", "quantization": None, "kind": "tpot",
+             "parallel": {"tp": 8, "dp": 1, "pp": 1, "enable_expert_parallel": True, "all2all_backend": None,
+                          "enable_dbo": False},
+             "setup": {"isl": 256, "osl": 64, "batch_per_dp_rank": 4, "concurrency": 4, "kv_cache_dtype": "fp8"}}
+    assert pf.mtp_model(entry)
+    accepted = make_speculative("mtp", 1, None).acceptance[0]
+    plain, mtp = pf.predict_tpot(entry), pf.predict_tpot(entry, mtp=True)
+    assert plain / (1.0 + accepted) < mtp < plain
