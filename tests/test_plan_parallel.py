@@ -66,3 +66,22 @@ def test_a_dp_configuration_serves_the_plans_network_and_all_to_all():
     assert wl.parallel.par.dp == 4 and wl.parallel.par.ep == 4
     assert wl.parallel.step.network == 50e9 and wl.parallel.step.backend == "deepep_low_latency"
     assert config_workload(MOE, traffic, Config("H100-80GB", 1)).parallel is None
+
+
+def test_a_dp_configuration_drafts_with_the_plans_speculative_setting():
+    """--speculative reaches a DP replica's lockstep run (kvplan/sim/data_parallel.py runs each
+    rank's speculative steps): the workload keeps both, and with every draft accepted (n-gram, one
+    draft at acceptance 1.0) the same requests finish in fewer steps than without."""
+    from dataclasses import replace
+
+    from kvplan.plan.space import config_workload
+    from kvplan.sim.engine import simulate
+    from kvplan.workload.spec import SpeculativeSpec
+
+    base = Traffic(rate=4.0, prompt=500, output=50, count=20)
+    config = Config("H100-80GB", 1, dp=2, expert_parallel=True)
+    drafted = config_workload(MOE, replace(base, speculative=SpeculativeSpec("ngram", 1, (1.0,))), config)
+    assert drafted.parallel.par.dp == 2 and drafted.speculative is not None
+    plain = config_workload(MOE, base, config)
+    steps = [simulate(wl, wl.allocators[0]).steps for wl in (drafted, plain)]
+    assert steps[0] < steps[1]

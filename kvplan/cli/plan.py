@@ -102,11 +102,6 @@ def plan(
     if speculative is not None or num_speculative_tokens is not None or acceptance is not None:
         from dataclasses import replace
 
-        if parallel != ([1], [False]):
-            raise UsageError("with data or expert parallelism is not searched yet (kvplan simulate runs it: "
-                             "speculative: beside parallel:); drop --dp and --expert-parallel, or --speculative",
-                             field="--speculative")
-
         if "sglang" in engines:
             raise UsageError("is modelled on vLLM's scheduler only; SGLang's engine runs without speculative "
                              "decoding, so give --engine vllm with it", field="--speculative")
