@@ -87,15 +87,21 @@ def test_a_lockstep_step_is_the_busy_rank_with_the_moe_of_every_rank(tmp_path):
 def test_one_rank_without_expert_parallelism_is_the_single_engine(tmp_path):
     """dp: 1 without EP changes nothing vLLM runs: the lockstep run of one rank gives the numba
     engine's result to the last digit (pool, steps, every latency and the memory integrals)."""
+    _one_rank_is_the_single_engine(tmp_path, 80)
+
+
+def _one_rank_is_the_single_engine(tmp_path, count: int, extra: str = "") -> None:
+    """A Poisson run of `count` lognormal requests (and `extra` keys) served by the numba engine and
+    by the lockstep engine with one rank (dp: 1, no EP): the same documents, but for data_parallel."""
     base = (f"model: {MOE}\ngpu: H100-80GB\npool: {{gpu_memory_utilization: 0.9}}\n"
-            "requests: {count: 80, prompt: {dist: lognormal, mean: 800, sigma: 0.8, min: 8, max: 6000},"
+            f"requests: {{count: {count}, prompt: {{dist: lognormal, mean: 800, sigma: 0.8, min: 8, max: 6000}},"
             " output: {dist: lognormal, mean: 150, sigma: 0.8, min: 2, max: 1000},"
-            " arrival: {process: poisson, rate: 12}}\nscheduler: {max_model_len: 8192}\n")
+            " arrival: {process: poisson, rate: 12}}\nscheduler: {max_model_len: 8192}\n" + extra)
     plain = serve_document(_file(tmp_path, base, "a.yaml"))
     one = serve_document(_file(tmp_path, base + "parallel: {dp: 1}\n", "b.yaml"))
     assert one["pool_slots"] == plain["pool_slots"]
     for a, b in zip(plain["results"], one["results"]):
-        assert b.pop("data_parallel")["requests_per_rank"] == [80]
+        assert b.pop("data_parallel")["requests_per_rank"] == [count]
         assert a == b
 
 
@@ -137,17 +143,7 @@ def test_one_rank_with_speculative_decoding_is_the_single_engine(tmp_path, metho
     """Speculative decoding on the lockstep engine: each rank's step is its own speculative step
     (ReferenceSim.step_cost) with the shared MoE terms beside it. One rank without EP shares them
     with no one, so the run is the numba engine's speculative run to the last digit."""
-    base = (f"model: {MOE}\ngpu: H100-80GB\npool: {{gpu_memory_utilization: 0.9}}\n"
-            "requests: {count: 60, prompt: {dist: lognormal, mean: 800, sigma: 0.8, min: 8, max: 6000},"
-            " output: {dist: lognormal, mean: 150, sigma: 0.8, min: 2, max: 1000},"
-            " arrival: {process: poisson, rate: 12}}\nscheduler: {max_model_len: 8192}\n"
-            f"speculative: {{method: {method}, num_speculative_tokens: 2}}\n")
-    plain = serve_document(_file(tmp_path, base, "a.yaml"))
-    one = serve_document(_file(tmp_path, base + "parallel: {dp: 1}\n", "b.yaml"))
-    assert one["pool_slots"] == plain["pool_slots"]
-    for a, b in zip(plain["results"], one["results"]):
-        assert b.pop("data_parallel")["requests_per_rank"] == [60]
-        assert a == b
+    _one_rank_is_the_single_engine(tmp_path, 60, f"speculative: {{method: {method}, num_speculative_tokens: 2}}\n")
 
 
 def test_speculative_ranks_emit_the_accepted_drafts(tmp_path):
