@@ -127,9 +127,10 @@ timing profile changes.
   deployments of DeepSeek ran one MTP draft token by default then, and with one (kvplan's published
   acceptance, nothing fitted) the width term's predictions already come within 8.6-18.5% on
   SGLang's 78 such runs and 13.4% on the 20 held-out TensorRT-LLM rows of 2026-01-14 (30.0% as
-  plain decodes; bench/silicon_rows.py, bench/parallel_fidelity.py: their what-if tables). Also, SGLang's TTFT error rises 32.1 -> 39.5%, and refitting
-  every constant with it (`--fit`) leaves held-out TTFT worse (all but bursts 31.7 -> 35.5%,
-  single requests 25.3 -> 36.3%, closed loops 43.8 -> 53.5%) for better throughput, E2E and ITL.
+  plain decodes; bench/silicon_rows.py, bench/parallel_fidelity.py: their what-if tables). Also,
+  SGLang's TTFT error rises 32.1 -> 39.5%, and refitting every constant with it (`--fit`) leaves
+  held-out TTFT worse (all but bursts 31.7 -> 35.5%, single requests 25.3 -> 36.3%, closed loops
+  43.8 -> 53.5%) for better throughput, E2E and ITL.
   What it uncovers is TTFT: the MoE runs' measured TTFT exceeds kvplan's by an amount that does
   not grow with the prompt (SGLang on B200, single requests: Qwen3-235B +46 ms at 1,000 prompt
   tokens and +38 ms at 8,000, DeepSeek-R1 +92 ms; aiconfigurator's DeepSeek-R1 H200 rows +104 to
