@@ -187,3 +187,30 @@ def test_cli_human_and_override(run_cli):
     flat = " ".join(out.split())
     assert code == 0, err
     assert "max_total_num_tokens" in flat and "as --mem-fraction-static gives it" in flat
+
+
+def test_speculative_decoding_pads_the_pool_and_caps_the_running_requests():
+    """Rule 4 on PR #4760's load (442,771 profiled tokens at 0.88, context 131,072): max_num_reqs =
+    min(max(int(442,771 / 131,072 x 512), 2,048), 4,096) = 2,048 (int(1,729.6) = 1,729 < 2,048);
+    EAGLE with 3 steps, topk 1 and 4 draft tokens adds 2,048 x (1 x 3 + 4) + 100 = 14,436 tokens;
+    max_running_requests becomes 48 (not given), 64 when given. The draft's pool holds the same
+    tokens at its own cell size (an EAGLE head of Llama-3.1-8B: one layer, 4,096 B a token)."""
+    common = dict(layout=_llama(), weights=int(15.11 * GiB), gpu_memory=int(78.59 * GiB), tp=1,
+                  context_len=131072, release="0.4.4", pre_load=int(78.59 * GiB))
+    plain = startup_memory(**common)
+    spec = startup_memory(speculative_steps=3, draft_cell_size=4096, **common)
+    assert plain.max_num_reqs == spec.max_num_reqs == 2048
+    assert spec.max_total_num_tokens - plain.max_total_num_tokens == 2048 * 7 + 100 == 14_436
+    assert spec.max_running_requests == 48
+    assert spec.draft_kv_pool == spec.max_total_num_tokens * 4096
+    assert startup_memory(speculative_steps=3, max_running_requests=64, **common).max_running_requests == 64
+    assert "draft_kv_pool" not in plain.to_dict() and spec.to_dict()["speculative_steps"] == 3
+
+
+def test_speculative_decoding_keeps_2_gib_more_from_0_5_3():
+    """An H100 at tp=1 (the test above on an H100): reserve 13,440 MiB, 15,488 with a draft:
+    (81,559 - 15,488) / 81,559 = 0.8101 -> 0.810, where 0.835 without."""
+    mib = get_gpu("H100-80GB").memory_bytes / MiB
+    assert default_mem_fraction(mib, 1, "0.5.3", 8192, 256, speculative=True)[0] == 0.810
+    assert default_mem_fraction(mib, 1, "0.4.7", 8192, 256, speculative=True)[0] == \
+        default_mem_fraction(mib, 1, "0.4.7", 8192, 256)[0]

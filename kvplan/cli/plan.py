@@ -102,9 +102,9 @@ def plan(
     if speculative is not None or num_speculative_tokens is not None or acceptance is not None:
         from dataclasses import replace
 
-        if "sglang" in engines:
-            raise UsageError("is modelled on vLLM's scheduler only; SGLang's engine runs without speculative "
-                             "decoding, so give --engine vllm with it", field="--speculative")
+        if "sglang" in engines and str(speculative).lower() == "ngram":
+            raise UsageError("SGLang's n-gram speculation (a draft tree of its own) is not modelled; --engine "
+                             "sglang takes eagle, eagle3 or mtp", field="--speculative")
         traffic = replace(traffic, speculative=_speculative(model, speculative, num_speculative_tokens, acceptance,
                                                              routers))
     request = PlanRequest(model=model, traffic=traffic,

@@ -50,6 +50,18 @@ Read from SGLang's own source (sgl-project/sglang, python/sglang/srt):
    it is taken as 0.4.7, with the fraction's rule.
    A pool of no tokens fails: "Not enough memory. Please try to increase --mem-fraction-static."
 
+4. Speculative decoding (EAGLE, EAGLE-3, NEXTN/MTP; `speculative_steps` = speculative_num_steps
+   with speculative_eagle_topk 1 and speculative_num_draft_tokens = steps + 1, the chain kvplan
+   models): `_handle_speculative_decoding` sets max_running_requests to 48 when it is not given;
+   the 0.5.3-era fraction keeps 2 GiB more for the draft model and its CUDA graphs
+   (`_handle_gpu_memory_settings`: "eagle draft models and cuda graphs", added after the 10 GiB
+   floor); and the pool, which the target and the draft share by index, holds
+   max_num_reqs x (topk x steps + num_draft_tokens) + 100 tokens beyond the profiled ones
+   (`init_memory_pool`: draft_runner_cache_size, "a headroom for" the draft and verify tokens
+   allocated at once), max_num_reqs taken from the profiled tokens. The draft's own KV pool (the
+   same tokens at the draft layers' cell size) and its weights come out of the share the fraction
+   leaves, as the activations do; `draft_kv_pool` reports its bytes.
+
 Sliding-window layers are counted as full layers, as SGLang does for models outside its hybrid
 SWA pool; models with recurrent state, and those SGLang runs on a hybrid SWA pool (Gemma 3,
 Llama 4, gpt-oss), are not modelled yet (UsageError).
@@ -64,6 +76,9 @@ from kvplan.errors import UsageError
 
 GiB = 2**30
 MiB = 2**20
+SPECULATIVE_MAX_RUNNING = 48  # server_args.py _handle_speculative_decoding: max_running_requests when not given
+SPECULATIVE_RESERVE_MIB = 2 * 1024  # _handle_gpu_memory_settings: "eagle draft models and cuda graphs"
+SPECULATIVE_POOL_BUFFER = 100  # init_memory_pool: draft_runner_cache_size's "buffer"
 SGLANG_RELEASE = "0.5.3"  # the release whose rules apply by default (the rule of sgl-project/sglang#10975)
 ERAS = ((0, 4, 7), (0, 5, 3))  # the first release of the 0.4.7 rule and of the 0.5.3 rule
 # Held by the process before the weights load (outside pre_load): the CUDA context, and at tp > 1
@@ -158,7 +173,7 @@ def batch_defaults(gpu_mem_mib: float, tp: int, era: str) -> tuple[int, int]:
 
 
 def default_mem_fraction(gpu_mem_mib: float, tp: int, era: str, chunked_prefill_size: int,
-                         cuda_graph_max_bs: int, pp: int = 1) -> tuple[float, str]:
+                         cuda_graph_max_bs: int, pp: int = 1, speculative: bool = False) -> tuple[float, str]:
     """SGLang's default mem_fraction_static, and why, in words (the module docstring)."""
     parallel = tp * pp
     if era == "0.4":
@@ -178,6 +193,8 @@ def default_mem_fraction(gpu_mem_mib: float, tp: int, era: str, chunked_prefill_
         reserve = 512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 + parallel / 8 * 1024
         if gpu_mem_mib > 60 * 1024:
             reserve = max(reserve, 10 * 1024)
+        if speculative:
+            reserve += SPECULATIVE_RESERVE_MIB
     value = round((gpu_mem_mib - reserve) / gpu_mem_mib, 3)
     return value, (f"SGLang's default: {reserve / 1024:.2f} GiB of the GPU's {gpu_mem_mib / 1024:.2f} GiB kept for "
                    f"activations and CUDA graphs (the {era} rule)")
@@ -216,9 +233,14 @@ class SGLangMemory:
     page_size: int
     starts: bool
     reason: str | None  # why it does not start, in SGLang's words
+    speculative_steps: int = 0  # speculative_num_steps (topk 1), 0 without speculative decoding
+    draft_kv_pool: int = 0  # the draft's KV pool: the pool's tokens at the draft layers' cell size
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if not self.speculative_steps:  # a run without speculation reports what it always did
+            del out["speculative_steps"], out["draft_kv_pool"]
+        return out
 
 
 def request_rows(tokens: int, context_len: int) -> int:
@@ -253,14 +275,16 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
                    chunked_prefill_size: int | None = None, max_running_requests: int | None = None,
                    page_size: int = DEFAULT_PAGE_SIZE, model_type: str = "",
                    pre_load: int | None = None, link_bytes_per_s: float = 0.0,
-                   smi_memory: int | None = None) -> SGLangMemory:
+                   smi_memory: int | None = None, speculative_steps: int = 0,
+                   draft_cell_size: int = 0) -> SGLangMemory:
     """SGLang's pool on one GPU: `layout` the per-rank KV layout (kvplan.model.build.build_layout with
     the KV dtype and tp), `weights` this rank's weight bytes, `gpu_memory` the device's memory as
     CUDA reports it, `context_len` the model's (or --context-length), the overrides as SGLang's
     flags, `link_bytes_per_s` the GPU's link to its peers (gpus.GPU.link_bytes_per_s: NVLink or PCIe);
     `pre_load` replaces the modelled free memory before loading (a log's own figure); `smi_memory`
     the device's memory.total as nvidia-smi prints it (gpus.GPU.memory_bytes), from which SGLang
-    sets its fraction and batch defaults (rule 1), `gpu_memory` when not given."""
+    sets its fraction and batch defaults (rule 1), `gpu_memory` when not given; `speculative_steps`
+    and `draft_cell_size` (the draft layers' KV bytes per token) a speculative server (rule 4)."""
     if mem_fraction_static is not None and not 0 < mem_fraction_static <= 1:
         raise UsageError(f"expected a fraction in (0, 1], got {mem_fraction_static}", field="--mem-fraction-static")
     if model_type in HYBRID_SWA_TYPES:
@@ -271,7 +295,8 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
     chunk, graph_bs = batch_defaults(gpu_mem_mib, tp, rules.era)
     chunk = chunked_prefill_size if chunked_prefill_size is not None else chunk
     if mem_fraction_static is None:
-        fraction, why = default_mem_fraction(gpu_mem_mib, tp, rules.era, chunk, graph_bs)
+        fraction, why = default_mem_fraction(gpu_mem_mib, tp, rules.era, chunk, graph_bs,
+                                             speculative=speculative_steps > 0)
     else:
         fraction, why = mem_fraction_static, "as --mem-fraction-static gives it"
     if pre_load is None:
@@ -283,6 +308,10 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
     tokens = tokens // page_size * page_size
     estimated = request_rows(tokens, context_len)
     running = max_running(tokens, context_len, rules.req_pool_extra, max_running_requests)
+    if speculative_steps and tokens > 0:  # rule 4: the request rows stay those of the profiled pool
+        given = SPECULATIVE_MAX_RUNNING if max_running_requests is None else max_running_requests
+        running = min(given, estimated + rules.req_pool_extra)
+        tokens += estimated * (2 * speculative_steps + 1) + SPECULATIVE_POOL_BUFFER
     reason = None
     if weights > gpu_memory:
         reason = (f"CUDA out of memory while loading the weights: they need {weights / GiB:.2f} GiB on each GPU, "
@@ -291,4 +320,4 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
         reason = not_enough_memory(fraction)
     return SGLangMemory(rules.release, gpu_memory, fraction, why, chunk, graph_bs, pre_load, weights, post_load,
                         max(int(rest * GiB), 0), cell, tokens, context_len, estimated, running, page_size,
-                        reason is None, reason)
+                        reason is None, reason, speculative_steps, tokens * draft_cell_size if speculative_steps else 0)

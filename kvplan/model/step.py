@@ -27,7 +27,8 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     `enable_expert_parallel` (vLLM's parallelism, with the all-to-all's options) take the parallel
     step model of kvplan/model/parallel_step.py. `speculative` (a method, with
     `num_speculative_tokens` and per-position `acceptance`) adds vLLM's speculative decoding step
-    (kvplan/model/speculative.py), on vLLM without dp, pp or expert parallelism."""
+    (kvplan/model/speculative.py) without dp, pp or expert parallelism: vLLM's, or SGLang's chain
+    (speculative_eagle_topk 1, num_steps k), whose step has the same passes."""
     if engine not in STEP_ENGINES:
         raise UsageError(f"expected one of {', '.join(STEP_ENGINES)}, got {engine!r}", field="--engine")
     for name, value in (("--batch", batch), ("--context", context), ("--chunk", chunk)):
@@ -55,9 +56,12 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     check_degrees(dp, pp)
     par = Parallelism(tp, dp, pp, enable_expert_parallel)
     check(spec, par)
-    if sp is not None and (engine != "vllm" or not par.plain):
-        raise UsageError("models vLLM's speculative decoding on tensor parallelism only (not --engine sglang, "
-                         "--dp, --pp or --enable-expert-parallel yet)", field="--speculative")
+    if sp is not None and not par.plain:
+        raise UsageError("models speculative decoding on tensor parallelism only (not --dp, --pp or "
+                         "--enable-expert-parallel yet)", field="--speculative")
+    if sp is not None and engine == "sglang" and sp.method == "ngram":
+        raise UsageError("SGLang's n-gram speculation (a draft tree of its own) is not modelled; --engine "
+                         "sglang takes eagle, eagle3 or mtp", field="--speculative")
     if engine != "vllm" and not par.plain:
         raise UsageError("is vLLM's parallelism (kvplan/model/parallel.py); SGLang's is not modelled yet",
                          field="--dp" if dp != 1 else "--pp" if pp != 1 else "--enable-expert-parallel")
@@ -88,6 +92,9 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     if sp is not None:
         report["speculative"] = _speculative(spec, layout, weights, gpu_spec, tp, enforce_eager, constants, overlap,
                                              sp, batch, context)
+        if engine == "sglang":  # SGLang allocates the drafts' slots within the step (kvplan/sim/sglang.py)
+            report["speculative"]["lookahead_slots"] = 0
+            report["speculative"]["decode_buffer_tokens"] = 2 * sp.k + 1
     report["memory"] = (_sglang_memory(spec, started, batch, context) if started is not None
                         else _memory(spec, layout, weights, gpu_spec, tp, batch, context, chunk, enforce_eager))
     return report

@@ -101,9 +101,9 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
     setup = _make_setup(workload, allocator)
     if workload.speculative is None:
         return setup
-    if setup.sglang is not None:
-        raise WorkloadError("speculative decoding is modelled on vLLM's scheduler, not SGLang's (remove "
-                            "speculative: or engine: sglang)", field="speculative")
+    if setup.sglang is not None and workload.speculative.setting.method == "ngram":
+        raise WorkloadError("SGLang's n-gram speculation (a draft tree of its own) is not modelled; engine: "
+                            "sglang takes eagle, eagle3 or mtp", field="speculative.method")
     if setup.hybrid is not None:
         raise WorkloadError("speculative decoding is modelled on models of one kind of attention layer; "
                             "this model's hybrid layer groups are not (remove speculative:)", field="speculative")

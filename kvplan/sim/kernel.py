@@ -1429,7 +1429,14 @@ def spec_step_dt(cfg, req, running, sched, n, kv, processed, nreq, pairs):
     if decoders > 0:
         extra += (spec_pass_ticks(cfg, processed, nreq, kv, pairs)
                   + (cfg[SPEC_K] - 1) * spec_pass_ticks(cfg, decoders, decoders, kv_dec, 0))
-    gpu = (cfg[OVERHEAD] + cfg[REQ_TICKS] * nreq + linear_ticks(cfg, processed)
+    return physical_dt(cfg, kv, processed, nreq, pairs, extra)
+
+
+@njit(cache=True)
+def physical_dt(cfg, kv, tokens, nreq, pairs, extra):
+    """The physical step model's ticks (step_dt) with `extra` ticks of GPU work (a speculative
+    step's verified drafts and draft passes)."""
+    gpu = (cfg[OVERHEAD] + cfg[REQ_TICKS] * nreq + linear_ticks(cfg, tokens)
            + cfg[KV_TICKS] * kv + cfg[ATTN_TICKS] * pairs + extra)
     host = cfg[HOST_TICKS] + cfg[HOST_REQ_TICKS] * nreq
     return gpu if gpu > host else host
@@ -2228,7 +2235,7 @@ def sg_prefill_step(cfg, gcfg, st, gst, sr, ids, nd, rq, bt, bn, timeline, acc):
         kv += held
         tokens += s
         pairs += s * held + s * (s + 1) // 2
-    dt = step_dt(cfg, kv, tokens, nb, pairs)
+    dt = sg_step_dt(cfg, kv, tokens, nb, pairs, 0, 0)
     sg_account(cfg, st, gst, acc, timeline, dt, nb)
     end = st[NOW] + dt
     shrunk = False
@@ -2256,13 +2263,36 @@ def sg_prefill_step(cfg, gcfg, st, gst, sr, ids, nd, rq, bt, bn, timeline, acc):
 
 
 @njit(cache=True)
-def sg_retract(gcfg, st, gst, gf, sr, ids, nd, wq, rq, order):
-    """retract_decode: fewest outputs first, then the longest prompt, the last of equals first."""
+def sg_step_dt(cfg, kv, tokens, nreq, pairs, decoders, kv_dec):
+    """A step's ticks (step_dt); with speculative decoding, SGLang's EAGLE worker's step
+    (speculative.SpecSetup.sglang_step_ticks): the draft's extend pass over every token of the
+    step, and in a decode step `decoders` requests verifying k drafts and k - 1 more draft passes."""
+    if cfg[SPEC_K] == 0 or cfg[TIMED] == 0 or cfg[PHYSICAL] == 0:
+        return step_dt(cfg, kv, tokens, nreq, pairs)
+    extra = cfg[SPEC_VERIFY] * cfg[SPEC_K] * decoders + spec_pass_ticks(cfg, tokens, nreq, kv, pairs)
+    if decoders > 0:
+        extra += (cfg[SPEC_K] - 1) * spec_pass_ticks(cfg, decoders, decoders, kv_dec, 0)
+    return physical_dt(cfg, kv, tokens, nreq, pairs, extra)
+
+
+@njit(cache=True)
+def sg_decode_buffer(cfg):
+    """check_decode_mem's tokens per request: 1, or with speculative decoding (topk 1)
+    decode_mem_cache_buf_multiplier = num_draft_tokens + num_steps = 2k + 1."""
+    return 1 if cfg[SPEC_K] == 0 else 2 * cfg[SPEC_K] + 1
+
+
+@njit(cache=True)
+def sg_retract(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, order):
+    """retract_decode: fewest outputs first, then the longest prompt, the last of equals first;
+    with speculative decoding the batch's own order, the last first, and a headroom of 2k + 1
+    tokens per request besides RETRACT_DECODE_STEPS."""
     n = gst[GS_NRUN]
+    k = cfg[SPEC_K]
     for i in range(n):  # order: stable sort of 0..n-1 by (generated, -prompt), descending
         a = rq[i]
         j = i
-        while j > 0:
+        while j > 0 and k == 0:
             b = rq[order[j - 1]]
             if sr[b, S_GEN] < sr[a, S_GEN] or (sr[b, S_GEN] == sr[a, S_GEN] and sr[b, S_PROMPT] > sr[a, S_PROMPT]):
                 order[j] = order[j - 1]
@@ -2270,9 +2300,10 @@ def sg_retract(gcfg, st, gst, gf, sr, ids, nd, wq, rq, order):
             else:
                 break
         order[j] = i
+    need = 20 + (2 * k + 1 if k > 0 else 0)
     left = n
     first = True
-    while st[FREE_BLOCKS] < 20 * left or first:
+    while st[FREE_BLOCKS] < need * left or first:
         if left == 1:
             break
         first = False
@@ -2300,6 +2331,18 @@ def sg_retract(gcfg, st, gst, gf, sr, ids, nd, wq, rq, order):
 
 
 @njit(cache=True)
+def sg_accepted(cfg, sr, rid):
+    """Drafts a decoding request's step accepts (spec_advance's draw), at most what its output
+    has left after the step's own token."""
+    u = spec_draw(cfg[SPEC_SEED], rid, sr[rid, S_GEN])
+    a = 0
+    while a < cfg[SPEC_K] and u < cfg[cfg[SPEC_THR_AT] + a]:
+        a += 1
+    left = sr[rid, S_OUTPUT] - sr[rid, S_GEN] - 1
+    return a if a < left else left
+
+
+@njit(cache=True)
 def sg_decode_step(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, order, timeline, acc):
     """update_running_batch and the decode step; False when the pool cannot hold it."""
     initial = gst[GS_NRUN]
@@ -2310,23 +2353,32 @@ def sg_decode_step(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, order, timeline,
             n += 1
     gst[GS_NRUN] = n
     h = gcfg[G_H]
-    sg_evict_if_needed(st, gst, nd, h, n)
-    if st[FREE_BLOCKS] < n:
-        sg_retract(gcfg, st, gst, gf, sr, ids, nd, wq, rq, order)
+    m = sg_decode_buffer(cfg)
+    sg_evict_if_needed(st, gst, nd, h, n * m)
+    if st[FREE_BLOCKS] < n * m:
+        sg_retract(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, order)
     else:
         gf[F_RATIO] = max(gf[F_RATIO] - gf[F_DECAY], gf[F_MIN])
     n = gst[GS_NRUN]
     if n < initial:
         gst[GS_FULL] = 0
-    sg_evict_if_needed(st, gst, nd, h, n)
-    if st[FREE_BLOCKS] < n:
+    sg_evict_if_needed(st, gst, nd, h, n * m)
+    if st[FREE_BLOCKS] < n * m:
         return False
-    st[FREE_BLOCKS] -= n
     kv = 0
     for i in range(n):
         kv += sr[rq[i], S_HELD]
-        sr[rq[i], S_HELD] += 1
-    dt = step_dt(cfg, kv, n, n, 0)
+    k = cfg[SPEC_K]
+    if k == 0:
+        dt = step_dt(cfg, kv, n, n, 0)
+    else:
+        dt = sg_step_dt(cfg, kv, n * (k + 1), n, 0, n, kv)
+    for i in range(n):
+        rid = rq[i]
+        a = sg_accepted(cfg, sr, rid) if k > 0 else 0
+        sr[rid, S_HELD] += 1 + a
+        sr[rid, S_GEN] += a
+        st[FREE_BLOCKS] -= 1 + a
     sg_account(cfg, st, gst, acc, timeline, dt, n)
     end = st[NOW] + dt
     for i in range(n):

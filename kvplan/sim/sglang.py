@@ -53,6 +53,31 @@ One scheduler iteration (get_next_batch_to_run), at time t:
    (step_time.engine_constants). After a prefill step the requests that finished their prefill
    join the running batch; one that reached its output length finishes and frees its memory.
 
+Speculative decoding (`speculative:` eagle, eagle3 or mtp; SGLang's EAGLE worker, NEXTN being
+EAGLE there): a chain of k = speculative_num_steps drafts (speculative_eagle_topk 1,
+speculative_num_draft_tokens k + 1; SGLang's trees of topk > 1 and its n-gram worker are not
+modelled). The rules that change (v0.4.9-v0.5 source: scheduler.py decode_mem_cache_buf_multiplier,
+schedule_batch.py check_decode_mem and retract_decode, speculative/eagle_worker.py):
+- check_decode_mem wants num_draft_tokens + topk x num_steps = 2k + 1 free tokens per request, not 1
+  (the draft's k slots and the verify's k + 1, allocated within the step, the rejected ones freed);
+- retract_decode keeps the batch's order ("For spec decoding, filter_batch API can only filter
+  requests from the back"): the last request goes first, until the free pool holds
+  RETRACT_DECODE_STEPS + 2k + 1 tokens per request left (its eviction inside the loop still asks
+  for RETRACT_DECODE_STEPS per request);
+- a decode step verifies k + 1 tokens a request and keeps 1 + a of them, a the drafts accepted
+  (drawn as vLLM's engine draws them: kvplan/sim/speculative.py; at most what the output has left
+  after the step's own token), so the request holds and has generated 1 + a more; the request's
+  first decode step carries drafts (the draft extend after its prefill proposes them);
+- a step's time (speculative.SpecSetup.sglang_step_ticks): the target's forward, the verified
+  drafts' lm_head, the draft's extend pass over the step's tokens (after every prefill step too:
+  the draft fills its KV for the prompt), and in a decode step k - 1 draft passes of one token a
+  request (SGLang captures them in one CUDA graph: no proposer time per pass).
+SGLang's start-up with speculation (max_running_requests 48, the pool's headroom, 2 GiB more
+reserved) is kvplan/model/sglang_memory.py's rule 4. Not modelled: PrefillAdder has no speculative
+term, so admission is unchanged; the overlap scheduler is off with speculation in the releases
+whose SGLANG_ENABLE_SPEC_V2 defaults to False and on in later ones (the flip is not pinned), and
+the step keeps the plain engine's overlap.
+
 RadixAttention (mem_cache/radix_cache.py, page size 1): requests' prompts are known by their
 prefix hash blocks (kvplan/sim/prefix_ids.py's trie of H-token blocks, H the trace's or the
 prefix section's hash block); a trie node is H tokens of the tree. A match is token-granular: the

@@ -55,6 +55,10 @@ class SglangReference:
         self.policy = g.schedule_policy if self.radix else "fcfs"  # SchedulePolicy: no tree, no lpm
         self.init_ratio, self.min_ratio, self.decay = new_token_ratios(g.schedule_conservativeness)
         self.ratio = self.init_ratio
+        self.spec = setup.speculative
+        # check_decode_mem's tokens per request: decode_mem_cache_buf_multiplier, with speculative
+        # decoding (topk 1) num_draft_tokens + topk x num_steps = 2k + 1
+        self.buffer = 1 if self.spec is None else 2 * self.spec.k + 1
         self.max_running = g.max_running_requests
         self.chunk = g.chunked_prefill_size if g.chunked_prefill_size > 0 else None
         self.free = setup.slots
@@ -341,7 +345,10 @@ class SglangReference:
         kv = sum(r.held for r, _ in batch)
         tokens = sum(n for _, n in batch)
         pairs = sum(prefill_pairs(n, r.held) for r, n in batch)
-        dt = self.clock.step_ticks(kv, tokens, len(batch), pairs)
+        if self.spec is None:
+            dt = self.clock.step_ticks(kv, tokens, len(batch), pairs)
+        else:
+            dt = self.spec.sglang_step_ticks(self.clock, kv, tokens, len(batch), pairs, 0, 0)
         self.account(len(batch), dt)
         end = self.t + dt
         shrunk = False
@@ -376,22 +383,30 @@ class SglangReference:
         initial = len(self.running)
         self.running = [r for r in self.running if not r.done]
         n = len(self.running)
-        self.evict_if_needed(n)  # check_decode_mem
-        if self.free < n:
+        self.evict_if_needed(n * self.buffer)  # check_decode_mem
+        if self.free < n * self.buffer:
             self.retract()
         else:
             self.ratio = max(self.ratio - self.decay, self.min_ratio)
         if len(self.running) < initial:
             self.batch_full = False
         n = len(self.running)
-        self.evict_if_needed(n)
-        if self.free < n:
+        self.evict_if_needed(n * self.buffer)
+        if self.free < n * self.buffer:
             raise stalled_sglang()
-        self.free -= n
         kv = sum(r.held for r in self.running)
-        dt = self.clock.step_ticks(kv, n, n, 0)
+        if self.spec is None:
+            dt = self.clock.step_ticks(kv, n, n, 0)
+        else:
+            dt = self.spec.sglang_step_ticks(self.clock, kv, n * (1 + self.spec.k), n, 0, n, kv)
         for r in self.running:
-            r.held += 1
+            # the drafts the step accepts (drawn as vLLM's engine draws them), at most what the
+            # output has left after the step's own token
+            a = 0 if self.spec is None else min(self.spec.accepted(r.rid, r.generated, self.spec.k),
+                                                r.output - r.generated - 1)
+            r.held += 1 + a
+            r.generated += a
+            self.free -= 1 + a
         self.account(n, dt)
         end = self.t + dt
         for r in self.running:
@@ -403,12 +418,16 @@ class SglangReference:
 
     def retract(self) -> None:
         """ScheduleBatch.retract_decode: fewest outputs first (then the longest prompt), until the
-        free pool holds RETRACT_DECODE_STEPS tokens for each request left, at least one."""
-        order = sorted(range(len(self.running)), key=lambda i: (self.running[i].generated, -self.running[i].prompt),
-                       reverse=True)
+        free pool holds RETRACT_DECODE_STEPS tokens for each request left, at least one. With
+        speculative decoding the batch keeps its order (the last retracted first) and each request
+        left needs the drafts' headroom too (topk x num_steps + num_draft_tokens = 2k + 1)."""
+        order = list(range(len(self.running)))
+        if self.spec is None:
+            order.sort(key=lambda i: (self.running[i].generated, -self.running[i].prompt), reverse=True)
+        need = RETRACT_DECODE_STEPS + (0 if self.spec is None else self.buffer)
         retracted = []
         first = True
-        while self.free < RETRACT_DECODE_STEPS * len(order) or first:
+        while self.free < need * len(order) or first:
             if len(order) == 1:
                 break
             first = False

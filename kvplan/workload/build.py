@@ -23,7 +23,7 @@ from kvplan.workload.distributions import AllAtOnce, Fixed, Lengths, Uniform, sy
 from kvplan.workload.records import (OffloadConfig, ParallelRun, PoolSpec, SchedulerConfig, SglangConfig, SpeculativeRun, TimingConfig,
                                      Workload)
 from kvplan.workload.checks import check_int
-from kvplan.model.sglang_memory import SGLangMemory
+from kvplan.model.sglang_memory import SPECULATIVE_MAX_RUNNING, SGLangMemory
 from kvplan.workload.spec import (DEFAULT_FRACTION, MAX_REQUESTS, MAX_SLOTS, PrefixSection, SglangSpec, TraceRequests,
                                   WorkloadSpec)
 from kvplan.workload.traces import open_trace
@@ -80,7 +80,8 @@ def _sglang(spec: WorkloadSpec, scheduler: SchedulerConfig, started: SGLangMemor
     """SGLang's scheduler settings of an `engine: sglang` run: its flags, else its defaults. With
     pool.mem_fraction_static (`started`: SGLang's start-up, which takes the flags given) its
     chunked_prefill_size and max_running_requests are SGLang's own for the GPU and pool; with a
-    pool of slots or bytes, 8192 and the scheduler's max_num_seqs."""
+    pool of slots or bytes, 8192 and the scheduler's max_num_seqs (48 with speculative decoding,
+    as SGLang's _handle_speculative_decoding sets it)."""
     if spec.engine != "sglang":
         return None
     g = spec.sglang
@@ -94,7 +95,8 @@ def _sglang(spec: WorkloadSpec, scheduler: SchedulerConfig, started: SGLangMemor
         schedule_policy=g.schedule_policy, schedule_conservativeness=g.schedule_conservativeness,
         chunked_prefill_size=0 if chunk == -1 else chunk,
         max_prefill_tokens=SGLANG_MAX_PREFILL_TOKENS if g.max_prefill_tokens is None else g.max_prefill_tokens,
-        max_running_requests=scheduler.max_num_seqs if g.max_running_requests is None else g.max_running_requests,
+        max_running_requests=g.max_running_requests if g.max_running_requests is not None
+        else SPECULATIVE_MAX_RUNNING if spec.speculative is not None else scheduler.max_num_seqs,
         radix_cache=not g.disable_radix_cache)  # fmt: skip
 
 
@@ -103,7 +105,7 @@ def _speculative(spec: WorkloadSpec, model: ModelFacts | None, pool: PoolSpec):
     own and their own weights, so a pool vLLM sizes at start-up (gpu_memory_utilization) holds (KV
     bytes - the draft's weights) // (the target's + the draft's bytes per token); a pool given in
     bytes (kv_memory, vLLM's --kv-cache-memory-bytes) keeps its bytes, less nothing for the weights,
-    and one given in slots stays as given."""
+    and one given in slots stays as given. SGLang keeps the draft's KV in a pool of its own."""
     setting = spec.speculative.setting()
     draft = None
     if model is not None and model.step_model is not None and model.spec is not None and model.weights is not None:
@@ -111,7 +113,8 @@ def _speculative(spec: WorkloadSpec, model: ModelFacts | None, pool: PoolSpec):
 
         draft = draft_of(model.spec, model.layout, model.weights, model.step_model, setting,
                          field="speculative.method")
-        if spec.pool.key != "slots" and pool.bytes_per_slot and pool.kv_bytes is not None:
+        # SGLang's pool is its start-up's (the draft's KV outside it: sglang_memory rule 4) or as given
+        if spec.engine != "sglang" and spec.pool.key != "slots" and pool.bytes_per_slot and pool.kv_bytes is not None:
             kv = pool.kv_bytes - (draft.weight_bytes_per_gpu if spec.pool.key == "gpu_memory_utilization" else 0)
             slots = kv // (pool.bytes_per_slot + draft.kv_bytes_per_token)
             if not 1 <= slots <= MAX_SLOTS:
@@ -256,12 +259,22 @@ def _sglang_startup(spec: WorkloadSpec, model: ModelFacts | None) -> SGLangMemor
         raise _fail(where, "the pool SGLang allocates at start-up needs the model's config; give pool.slots")
     asked = spec.pool.mem_fraction_static
     g = spec.sglang if spec.sglang is not None else SglangSpec()
+    steps, draft_cell = 0, 0
+    if spec.speculative is not None:  # sglang_memory rule 4: the draft's headroom and reserve
+        setting = spec.speculative.setting()
+        steps = setting.k
+        if model.step_model is not None and model.weights is not None:
+            from kvplan.model.speculative import draft_of
+
+            draft_cell = draft_of(model.spec, model.layout, model.weights, model.step_model, setting,
+                                  field="speculative.method").kv_bytes_per_token
     try:
         m = startup_on(gpu, layout=model.layout, weights=int(model.weight_bytes or 0), tp=spec.tp,
                        context_len=model.spec.max_context or DEFAULT_MAX_MODEL_LEN,
                        mem_fraction_static=None if asked == DEFAULT_FRACTION else asked,
                        chunked_prefill_size=g.chunked_prefill_size, max_running_requests=g.max_running_requests,
-                       model_type=getattr(model.spec, "model_type", ""))
+                       model_type=getattr(model.spec, "model_type", ""), speculative_steps=steps,
+                       draft_cell_size=draft_cell)
     except KvplanError as exc:  # a model SGLang's pool rule does not cover
         raise _fail("engine" if exc.field == "--engine" else where, exc.message) from None
     if not m.starts:

@@ -671,8 +671,9 @@ class WorkloadSpec:
             raise _fail("engine", f"sglang runs serve experiments only, and this is experiment: {self.experiment}")
         if self.offload is not None:
             raise _fail("offload", "a CPU tier is vLLM's offloading connector; engine: sglang runs without one")
-        if self.speculative is not None:
-            raise _fail("speculative", "is modelled on vLLM's scheduler; engine: sglang runs without it")
+        if self.speculative is not None and str(self.speculative.method).lower() == "ngram":
+            raise _fail("speculative.method", "SGLang's n-gram speculation (a draft tree of its own) is not "
+                                              "modelled; engine: sglang takes eagle, eagle3 or mtp")
         if self.pool.gpu_memory_utilization is not None:
             raise _fail("pool.gpu_memory_utilization", "sizes vLLM's start-up pool; for engine: sglang give "
                                                        "pool.mem_fraction_static (SGLang's start-up rule; default: "
