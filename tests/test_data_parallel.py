@@ -163,3 +163,56 @@ def test_speculative_ranks_emit_the_accepted_drafts(tmp_path):
         runs[rate] = sim
     assert [runs[r].steps for r in (1.0, 0.0)] == [1 + 32, 1 + 64]
     assert all(runs[r].dummy_steps == runs[r].steps for r in runs)
+
+
+def test_one_mtp_layer_costs_its_share_of_the_target_moe_layers():
+    """parallel_clock.draft_moe_ticks: DeepSeek-V3's MTP module is one more of its MoE layers (58
+    in the target), so one pass over the ranks' tokens costs 1 / 58 of the target's shared MoE
+    terms over the same tokens (experts_s is linear in the share of MoE layers, all_to_all_s in
+    their number), to the tick's rounding; two passes twice that, and no MTP layer nothing."""
+    from kvplan.model.gpus import get_gpu
+    from kvplan.model.parallel import Parallelism
+    from kvplan.model.parallel_step import ParallelStep
+    from kvplan.model.resolve import load_spec
+    from kvplan.model.weights import estimate_weights
+    from kvplan.sim.parallel_clock import draft_moe_ticks, shared_moe_ticks
+
+    spec = load_spec("deepseek-ai/DeepSeek-V3")
+    for backend in ("allgather_reducescatter", "deepep_low_latency"):
+        step = ParallelStep(spec, estimate_weights(spec), get_gpu("H200"), Parallelism(tp=4, dp=2, expert_parallel=True),
+                            all2all_backend=backend)
+        assert step.stages[0][2].moe_layers == 58
+        tokens = [48, 17]
+        target = shared_moe_ticks(step, tokens)
+        one = draft_moe_ticks(step, [tokens], 1)
+        assert one == pytest.approx(target / 58, abs=1)
+        assert draft_moe_ticks(step, [tokens, tokens], 1) == pytest.approx(2 * one, abs=1)
+        assert draft_moe_ticks(step, [tokens], 0) == 0
+
+
+def test_an_mtp_draft_adds_its_layers_experts_to_every_decode_step(tmp_path):
+    """One request of DeepSeek-V3 (prompt 64, output 33) on two EP ranks of 4 H200s, one MTP draft
+    a step always accepted: after the prefill's first token, 16 decode steps of 2 tokens on rank 0
+    beside rank 1's dummy token. Each of those steps adds one MTP layer's experts and all-to-all
+    over [2, 1] tokens (draft_moe_ticks), the prefill step none: the run's shared MoE time grows by
+    16 x that over the same run with the drafter's experts left out, and its requests finish that
+    much later."""
+    from kvplan.sim.parallel_clock import draft_moe_ticks
+
+    wl = _file(tmp_path, "model: deepseek-ai/DeepSeek-V3\ngpu: H200\ntp: 4\npool: {slots: 20000}\n"
+               "requests: {count: 1, prompt: {dist: fixed, value: 64}, output: {dist: fixed, value: 33}}\n"
+               "scheduler: {max_num_batched_tokens: 512, max_num_seqs: 16, max_model_len: 1024}\n"
+               "speculative: {method: mtp, num_speculative_tokens: 1, acceptance: [1.0]}\n"
+               "parallel: {dp: 2, enable_expert_parallel: true}\n")
+    runs = {}
+    for priced in (True, False):
+        sim = LockstepSim(wl, wl.allocators[0])
+        if not priced:
+            sim.draft_layers = 0
+        sim.run()
+        runs[priced] = sim
+    assert runs[True].draft_layers == 1 and runs[True].steps == runs[False].steps == 1 + 16
+    per_step = draft_moe_ticks(wl.parallel.step, [[2, 1]], 1)
+    assert per_step > 0
+    assert runs[True].moe_ticks - runs[False].moe_ticks == 16 * per_step
+    assert runs[True].reqs[0].finish - runs[False].reqs[0].finish == 16 * per_step

@@ -40,8 +40,10 @@ Speculative decoding (`speculative:`): each rank schedules its decoding requests
 accepts drafts as reference.py does, and its step is its own speculative step (ReferenceSim.step_cost:
 the drafts verified, the drafter's passes) with the shared MoE terms over every rank's tokens, drafts
 included. A rank's step model holds no routed experts, so an MTP draft pass prices its layer's
-attention and dense part but not that layer's routed experts (one MoE layer's reads a pass; DeepSeek-V3
-has 58 in its step).
+attention and dense part there, and the MTP layers' routed experts and all-to-all join the shared
+MoE terms, pass by pass, over every rank's draft tokens (parallel_clock.draft_moe_ticks; a rank
+with nothing to draft in a pass runs a dummy token, as vLLM's drafter runs a dummy pass beside the
+ranks that draft).
 
 Not modelled: the up-to-31 dummy steps after the last request finishes before the every-32-steps
 all-reduce ends the wave (they delay only a request that arrives during them); the 100 ms stats
@@ -57,8 +59,9 @@ from dataclasses import replace
 import numpy as np
 
 from kvplan.memory.prefix_cache import PrefixCacheStats
+from kvplan.model.speculative import mtp_layers
 from kvplan.sim.metrics import RawRun, ServeResult, build_result
-from kvplan.sim.parallel_clock import mean_field_clock, shared_moe_ticks
+from kvplan.sim.parallel_clock import draft_moe_ticks, mean_field_clock, shared_moe_ticks
 from kvplan.sim.reference import Req, ReferenceSim, reference_sim
 from kvplan.sim.sampling import TIMELINE_POINTS, TimelineSampler
 from kvplan.sim.timing import TICKS_PER_SECOND
@@ -116,6 +119,10 @@ class LockstepSim:
         self.rank_of: list[int] = []  # per request, the DP rank it was sent to
         self.next_arrival = self.steps = self.peak = self.dummy_steps = 0
         self.moe_ticks = 0
+        # an MTP drafter's MoE layers (num_nextn_predict_layers), whose routed experts the ranks share
+        run, step = workload.speculative, self.run_par.step
+        self.draft_layers = (mtp_layers(step.spec) if run is not None and run.setting.method == "mtp"
+                             and step is not None else 0)
 
     def run(self) -> None:
         reqs, ranks = self.reqs, self.ranks
@@ -153,10 +160,29 @@ class LockstepSim:
             return 1
         # a rank with nothing to run runs a dummy batch of one token (execute_dummy_batch)
         tokens = [sum(work.values()) if work else 1 for work in works]
-        moe = shared_moe_ticks(self.run_par.step, tokens)
+        moe = shared_moe_ticks(self.run_par.step, tokens) + self.draft_moe(works)
         self.moe_ticks += moe
         return max(sim.step_cost(work, extra_gpu=moe) if work else clock.step_ticks(0, 1, 1, 0, extra_gpu=moe)
                    for sim, work in zip(self.ranks, works))
+
+    def draft_moe(self, works: list[dict[int, int]]) -> int:
+        """The MTP drafter's routed experts in this step (parallel_clock.draft_moe_ticks): its first
+        pass over every token a rank with decoding requests scheduled, then k - 1 passes of one
+        token per decoding request; a rank with none in a pass runs a dummy token, and a step
+        without any decoding request drafts nothing. 0 unless the drafter is MTP layers."""
+        sp = self.s.speculative
+        layers = self.draft_layers
+        if sp is None or not layers or not self.s.clock.timed:
+            return 0
+        decoders = []
+        for sim, work in zip(self.ranks, works):
+            by_id = {r.rid: r for r in sim.running}
+            decoders.append(sum(1 for rid in work if not by_id[rid].prefilling) if work else 0)
+        if not any(decoders):
+            return 0
+        first = [sum(work.values()) if d else 1 for work, d in zip(works, decoders)]
+        rest = [max(d, 1) for d in decoders]
+        return draft_moe_ticks(self.run_par.step, [first] + [rest] * (sp.k - 1), layers)
 
     def raw(self) -> RawRun:
         reqs, ranks = self.reqs, self.ranks

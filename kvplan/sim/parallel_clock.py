@@ -6,6 +6,11 @@ sum: the busiest rank's experts over everyone's tokens; all_to_all_s: allgather_
 gathers all N tokens on every rank, priced at N / D a rank; the DeepEP backends send each rank's
 own, the busiest sender's the most). kvplan/sim/data_parallel.py adds it to every rank's step.
 
+`draft_moe_ticks`: an MTP drafter's own MoE layers in the same step, pass by pass: each draft pass
+runs the model's MTP layer(s), each with routed experts split like the target's, so its experts and
+all-to-all are shared by the ranks like the target's layers (a rank without drafts in the pass runs
+a dummy token, as for the target).
+
 `mean_field_clock`: one rank's clock as if every rank ran the same n tokens: its linear table
 gains shared_moe_ticks([n] x D) at each n. One rank's engine on 1 / D of the traffic with this
 clock (data_parallel.mean_field) would let a search use the fast engine; what it leaves out (the
@@ -33,6 +38,28 @@ def shared_moe_ticks(step, tokens: list[int]) -> int:
     sent = -(-group // len(tokens)) if step.backend == "allgather_reducescatter" else max(tokens)
     a2a = step.all_to_all_s(sent, model.moe_layers)
     return int(round((experts + a2a) * TICKS_PER_SECOND))
+
+
+def draft_moe_ticks(step, passes: list[list[int]], layers: int) -> int:
+    """Ticks of the routed experts and all-to-all of an MTP drafter's MoE layers over its passes in
+    one global step (`passes`: per draft pass, each rank's tokens; `layers`: the draft's MoE
+    layers, num_nextn_predict_layers): each pass runs `layers` of the target's MoE layers on the
+    tokens of every rank together, priced as shared_moe_ticks prices one of the target's (its
+    share 1 / the target's MoE layers of experts_s, and all_to_all_s of one layer)."""
+    if step is None or layers <= 0:
+        return 0
+    _, _, model, _, f_moe = step.stages[0]
+    if model.moe_layers <= 0 or f_moe == 0:
+        return 0
+    one = f_moe / model.moe_layers
+    total = 0.0
+    for tokens in passes:
+        if not tokens or max(tokens) <= 0:
+            continue
+        group = sum(tokens)
+        sent = -(-group // len(tokens)) if step.backend == "allgather_reducescatter" else max(tokens)
+        total += layers * (step.experts_s(max(tokens), one, group_tokens=group) + step.all_to_all_s(sent, 1))
+    return int(round(total * TICKS_PER_SECOND))
 
 
 def mean_field_clock(clock: StepClock, step, dp: int) -> StepClock:
