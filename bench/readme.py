@@ -591,7 +591,9 @@ def engine_fidelity(out: Out) -> str:
     si = out["silicon-rows"]
     unseen = {k: re.search(rf"^  {k} +(\d+) +(\S+) +(\S+) +(\S+) +(\S+)$", si, re.M) for k in ("vllm", "sglang")}
     restated = re.search(r"^(\d+) of (\d+) rows restated", si, re.M)
-    require(all(unseen.values()) and restated is not None, "bench/silicon_rows.py no longer prints its medians")
+    si_mtp = re.search(r"^  sglang all +(\d+) +(\S+) +\S+ +\S+ +\S+ +(\S+) +\S+$", si, re.M)
+    require(all(unseen.values()) and restated is not None and si_mtp is not None,
+            "bench/silicon_rows.py no longer prints its medians")
     u = {k: v.groups() for k, v in unseen.items()}
     n = {k: v.groups() for k, v in named.items()}
     pair_docs = _bench_module("engine_pairs").load()
@@ -643,7 +645,10 @@ def engine_fidelity(out: Out) -> str:
               f"median |error| of TPOT {u['vllm'][1]} on vLLM's {u['vllm'][0]} runs and {u['sglang'][1]} on "
               f"SGLang's {u['sglang'][0]} (signed medians {u['vllm'][2]} and {u['sglang'][2]}, positive where kvplan "
               f"predicts longer); of TTFT {u['vllm'][3]} and {u['sglang'][3]}. The bench prints them per GPU, model "
-              "and concurrency."),
+              "and concurrency. SGLang's DeepSeek-R1 and V3 runs there state no speculation either; served again by "
+              "SGLang's engine in kvplan drafting one MTP token a step (its speculative rules, kvplan's published "
+              f"acceptance, nothing fitted), their {si_mtp.group(1)} runs' TPOT would be {si_mtp.group(3)} off "
+              f"instead of {si_mtp.group(2)}, a what-if the bench prints and does not score."),
     ])
 
 

@@ -86,6 +86,15 @@ def predict(row: dict) -> dict | None:
     return {"tpot": got["itl"][0] / got["itl"][1] - 1, "ttft": got["ttft"][0] / got["ttft"][1] - 1}
 
 
+def predict_mtp(row: dict) -> float | None:
+    """The row's TPOT error had it drafted one MTP token a step, served by its own engine's rules
+    (timing_fidelity.build_case's "_mtp"); None where kvplan cannot restate it."""
+    import timing_fidelity as T
+
+    got = T.served_predictions(entry(row), {**SETS, "_mtp": True})
+    return None if got is None else got["itl"][0] / got["itl"][1] - 1
+
+
 def table(title: str, groups: dict[str, list[dict]]) -> list[str]:
     lines = [f"\n{title}", f"  {'':44} {'runs':>5}   {'TPOT |err|':>10} {'signed':>8}   {'TTFT |err|':>10} {'signed':>8}"]
     for name, errs in groups.items():
@@ -99,29 +108,44 @@ def table(title: str, groups: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
-def mtp_table(done: list[tuple[dict, dict]]) -> list[str]:
-    """The rows of models with MTP layers, per engine, model and GPU: TPOT error as predicted (a plain
-    decode) and had each run one MTP draft token (bench/parallel_fidelity.mtp_speedup_at at the row's
-    concurrency and a context of isl + osl / 2). The rows state no speculative decoding; aiconfigurator's
-    task defaults of the time give DeepSeek models nextn 1 (tests/data/aiconfigurator_silicon_rows.yaml's
-    header). A what-if: the tables above do not use it."""
+def mtp_rows(done: list[tuple[dict, dict]]) -> list[tuple[dict, dict, float]]:
+    """The rows of models with MTP layers, with the step model's speedup of one MTP draft token at
+    the row's concurrency and a context of isl + osl / 2 (bench/parallel_fidelity.mtp_speedup_at)."""
     from parallel_fidelity import mtp_speedup_at
 
-    groups: dict[str, list[tuple[float, float]]] = {}
+    out = []
     for r, e in done:
         sp = mtp_speedup_at(r["model_path"], GPUS[r["system"]], int(r["tp_size"]), r["concurrency"],
                             int(r["isl"]) + int(r["osl"]) // 2, "fp8" if r["precision"] == "fp8" else "auto")
         if sp:
+            out.append((r, e, sp))
+    return out
+
+
+def mtp_table(rows: list[tuple[dict, dict, float]], served: list[float | None]) -> list[str]:
+    """Per engine, model and GPU, the TPOT error of the rows of MTP models as predicted (a plain
+    decode) and had each run one MTP draft token: the step model's ratio (mtp_rows), and the run
+    served again by its engine drafting one token (predict_mtp: SGLang's speculative rules for
+    SGLang's runs, kvplan/sim/sglang.py). The rows state no speculative decoding; aiconfigurator's
+    task defaults of the time give DeepSeek models nextn 1 (tests/data/aiconfigurator_silicon_rows.yaml's
+    header). A what-if: the tables above do not use it."""
+    groups: dict[str, list[tuple[float, float, float]]] = {}
+    for (r, e, sp), run in zip(rows, served):
+        if run is not None:
             groups.setdefault(f"{r['backend']} {r['model_path']} {r['system']}", []).append(
-                (e["tpot"], (1 + e["tpot"]) / sp - 1))
+                (e["tpot"], (1 + e["tpot"]) / sp - 1, run))
     if not groups:
         return []
     lines = ["\nwhat if the rows of MTP models ran one MTP draft token (not stated; TPOT |err| and signed median)",
-             f"  {'':44} {'runs':>5}   {'as predicted':>12} {'signed':>8}   {'one MTP token':>13} {'signed':>8}"]
-    for name, errs in sorted(groups.items()):
-        cells = [f"{statistics.median(abs(x[i]) for x in errs):>{w}.1%} {statistics.median(x[i] for x in errs):>+8.1%}"
-                 for i, w in ((0, 12), (1, 13))]
-        lines.append(f"  {name[:44]:44} {len(errs):>5}   {'   '.join(cells)}")
+             f"  {'':40} {'runs':>4}   {'as predicted':>12} {'signed':>7}   {'step ratio':>10} {'signed':>7}"
+             f"   {'served':>7} {'signed':>7}"]
+    engines: dict[str, list[tuple[float, float, float]]] = {}
+    for name, errs in groups.items():
+        engines.setdefault(name.split()[0] + " all", []).extend(errs)
+    for name, errs in [*sorted(groups.items()), *sorted(engines.items())]:
+        cells = [f"{statistics.median(abs(x[i]) for x in errs):>{w}.1%} {statistics.median(x[i] for x in errs):>+7.1%}"
+                 for i, w in ((0, 12), (1, 10), (2, 7))]
+        lines.append(f"  {name[:40]:40} {len(errs):>4}   {'   '.join(cells)}")
     return lines
 
 
@@ -141,7 +165,9 @@ def main() -> None:
     rows = load()
     with ProcessPoolExecutor(max(args.workers, 1), initializer=_use_sets, initargs=(sets,)) as pool:
         results = list(pool.map(predict, rows, chunksize=8))
-    done = [(r, e) for r, e in zip(rows, results) if e is not None]
+        done = [(r, e) for r, e in zip(rows, results) if e is not None]
+        mtp = mtp_rows(done)
+        served = list(pool.map(predict_mtp, [r for r, _, _ in mtp], chunksize=4))
 
     def by(key, order=None) -> dict[str, list[dict]]:
         out: dict[str, list[dict]] = {}
@@ -159,7 +185,7 @@ def main() -> None:
     lines += table("per engine and concurrency",
                    by(lambda r: f"{r['backend']} {BANDS[band(r)][0]}-{BANDS[band(r)][1]} clients".replace("-100000", "+"),
                       order=lambda r: (r["backend"], band(r))))
-    lines += mtp_table(done)
+    lines += mtp_table(mtp, served)
     for line in lines:
         print(line)
     print(f"\n{len(done)} of {len(rows)} rows restated ({ROWS.relative_to(ROOT)}); no kvplan constant was fitted to them.")

@@ -344,7 +344,7 @@ def sglang_release(entry: dict) -> str:
     return str(entry.get("engine_version") or release_at(entry.get("source_date")))
 
 
-def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int):
+def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int, speculative_steps: int = 0):
     """SGLang's own start-up for a run (kvplan/model/sglang_memory.startup_memory) at the entry's
     release (sglang_release: the one stated, else the era of its source's date, else the current
     rules), GPU, TP and stated flags: (SglangConfig, pool slots = max_total_num_tokens,
@@ -352,7 +352,10 @@ def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int)
     recurrent state: vLLM's restatement stays) or it would not start.
     The scheduler: SGLang's defaults for every release in the corpus (server_args.py: lpm,
     schedule_conservativeness 1.0, max_prefill_tokens 16384, the radix cache on), chunked_prefill_size
-    by the GPU's memory (sglang_memory.batch_defaults), max_running_requests from the pool."""
+    by the GPU's memory (sglang_memory.batch_defaults), max_running_requests from the pool.
+    `speculative_steps`: the same server drafting that many tokens (sglang_memory's rule 4: the
+    pool's headroom and reserve), its running cap kept at the plain server's (a what-if of the same
+    deployment with speculation, as a deployer that sets the cap runs it)."""
     from kvplan.errors import KvplanError
     from kvplan.model.sglang_memory import startup_on
     from kvplan.model.vllm_kv_groups import is_hybrid
@@ -371,6 +374,14 @@ def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int)
         return None
     if not m.starts:
         return None
+    if speculative_steps:
+        m = startup_on(gpu, layout=layout, weights=weights.bytes_per_gpu(tp, gpu), tp=tp, context_len=context,
+                       release=sglang_release(entry), mem_fraction_static=flags.get("mem_fraction_static"),
+                       chunked_prefill_size=flags.get("chunked_prefill_size"),
+                       max_running_requests=m.max_running_requests, model_type=spec.model_type,
+                       speculative_steps=speculative_steps)
+        if not m.starts:
+            return None
     chunk = m.chunked_prefill_size
     cfg = SglangConfig(schedule_conservativeness=float(flags.get("schedule_conservativeness", 1.0)),
                        chunked_prefill_size=0 if chunk == -1 else int(chunk),
@@ -399,7 +410,10 @@ def build_case(entry: dict, values: dict | None = None):
     """(workload, allocator, what to compare) for one measurement, or None when it cannot be run.
     `values`: the constants (StepConstants fields), the engine and server factors ("engine:NAME",
     "server:NAME"), and "_old" (every run in series: the structure before async scheduling) or
-    "_roofline" (timing: {model: roofline}) to restate a run with the older models."""
+    "_roofline" (timing: {model: roofline}) to restate a run with the older models; "_mtp" (a
+    what-if the benches print apart): the run drafting one MTP token a step, at kvplan's published
+    MTP acceptance (kvplan/model/speculative.py), SGLang's runs on SGLang's speculative rules
+    (kvplan/sim/sglang.py), vLLM's on vLLM's (the draft's KV sharing the pool)."""
     from kvplan.model.build import build_layout
     from kvplan.model.fit import size_model
     from kvplan.model.gpus import get_gpu
@@ -443,7 +457,8 @@ def build_case(entry: dict, values: dict | None = None):
     if (runtime(entry) == "sglang" and values.get("_sglang", SGLANG_AS_SGLANG) and not values.get("_roofline")
             and not values.get("_old")):
         sglang_own = sglang_setup(entry, spec, layout, weights, gpu, tp,
-                                  int(setup.get("max_model_len") or spec.max_context or mml))
+                                  int(setup.get("max_model_len") or spec.max_context or mml),
+                                  speculative_steps=1 if values.get("_mtp") else 0)
     if sglang_own is not None:
         slots = sglang_own[1]
         # SGLang takes requests up to min(context_len, max_total_num_tokens) - 1 tokens (Scheduler's
@@ -467,6 +482,16 @@ def build_case(entry: dict, values: dict | None = None):
         c = scale_overheads(c, factor, front)
     overlap = async_scheduling(entry) and not values.get("_old")
     step = step_model(spec, layout, weights, gpu, tp, constants=c, async_scheduling=overlap)
+    speculative = None
+    if values.get("_mtp") and not values.get("_roofline"):
+        from kvplan.model.speculative import draft_of, make_speculative
+        from kvplan.workload.records import SpeculativeRun
+
+        setting = make_speculative("mtp", 1)
+        draft = draft_of(spec, layout, weights, step, setting)
+        speculative = SpeculativeRun(setting, draft)
+        if sglang_own is None:  # vLLM: the draft layer's KV in the same pool
+            slots = pool // max(layout.bytes_per_token + draft.kv_bytes_per_token, 1)
     if values.get("_roofline"):
         timing = TimingConfig(gpu_name=gpu.name, hbm_bytes_per_s=gpu.hbm_bytes_per_s, peak_flops=gpu.peak_bf16_flops,
                               weight_bytes=weights.bytes_per_gpu(tp, gpu), flops_per_token=weights.flops_per_token / tp,
@@ -543,7 +568,8 @@ def build_case(entry: dict, values: dict | None = None):
         return Workload(entry["id"], str(CORPUS), 0, "serve", n, PoolSpec(int(slots), layout.bytes_per_token),
                         (alloc,), s, timing,
                         lambda: iter([RequestChunk(times, prompt, output, hash_ids, HASH_BLOCK if caching else 0)]),
-                        layout=layout, sglang=g)  # the layout: vLLM's hybrid KV cache manager for windowed models
+                        layout=layout, sglang=g, speculative=speculative)  # the layout: vLLM's hybrid KV
+        #   cache manager for windowed models
 
     return workload, arrival, alloc, int(concurrency or 0)
 
