@@ -125,9 +125,10 @@ timing profile changes.
   held-out step rows 31.4 -> 21.8%. Much of that evidence is suspect: the DeepSeek rows it fixes
   (aiconfigurator's, SGLang's and TensorRT-LLM's) state no speculative decoding, aiconfigurator's
   deployments of DeepSeek ran one MTP draft token by default then, and with one (kvplan's published
-  acceptance, nothing fitted) the width term's predictions already come within 8.6-18.5% on
-  SGLang's 78 such runs and 13.4% on the 20 held-out TensorRT-LLM rows of 2026-01-14 (30.0% as
-  plain decodes; bench/silicon_rows.py, bench/parallel_fidelity.py: their what-if tables). Also,
+  acceptance, nothing fitted) the width term's predictions already come within a median 13.6% on
+  SGLang's 78 such runs served again by SGLang's engine drafting it (44.2% as plain decodes) and
+  13.0% on the 20 held-out TensorRT-LLM rows of 2026-01-14 (30.0%; bench/silicon_rows.py,
+  bench/parallel_fidelity.py: their what-if tables). Also,
   SGLang's TTFT error rises 32.1 -> 39.5%, and refitting every constant with it (`--fit`) leaves
   held-out TTFT worse (all but bursts 31.7 -> 35.5%, single requests 25.3 -> 36.3%, closed loops
   43.8 -> 53.5%) for better throughput, E2E and ITL.
