@@ -481,6 +481,8 @@ def build_case(entry: dict, values: dict | None = None):
     else:
         c = scale_overheads(c, factor, front)
     overlap = async_scheduling(entry) and not values.get("_old")
+    if values.get("_mtp") and sglang_own is not None:  # SGLang's EAGLE worker speculates without the
+        overlap = False  # overlap scheduler (kvplan/sim/sglang.py)
     step = step_model(spec, layout, weights, gpu, tp, constants=c, async_scheduling=overlap)
     speculative = None
     if values.get("_mtp") and not values.get("_roofline"):

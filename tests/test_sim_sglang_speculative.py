@@ -181,6 +181,8 @@ def test_a_speculative_sglang_run_starts_and_serves_as_sglang_would(tmp_path):
     spec_path.write_text(SERVE + "speculative: {method: eagle3, num_speculative_tokens: 3}\n", encoding="utf-8")
     plain_wl, spec_wl = load(str(plain_path)), load(str(spec_path))
     assert spec_wl.sglang.max_running_requests == SPECULATIVE_MAX_RUNNING == 48
+    # the overlap scheduler is off while SGLang speculates, on without speculation
+    assert plain_wl.timing.step.async_scheduling and not spec_wl.timing.step.async_scheduling
     # the pool SGLang profiles at the fraction a draft leaves (0.810 on an H100 at tp=1, by hand in
     # tests/test_sglang_memory.py), plus max_num_reqs x (2k + 1) + 100 = 2,048 x 7 + 100 tokens
     at_0810 = load(str(_write(tmp_path, "at0810.yaml", SERVE.replace("default", "0.81"))))
@@ -201,8 +203,9 @@ def _write(tmp_path, name: str, text: str):
 
 def test_step_reports_sglangs_chain_beside_vllms():
     """`kvplan step --engine sglang --speculative` prices the same passes as vLLM's chain (one over
-    the verified tokens, k - 1 of one token) on SGLang's host constants, and reports SGLang's decode
-    buffer (2k + 1 = 7 at k = 3) where vLLM allocates k lookahead slots."""
+    the verified tokens, k - 1 of one token) on SGLang's host constants, its host time added (no
+    overlap scheduler while speculating), and reports SGLang's decode buffer (2k + 1 = 7 at k = 3)
+    where vLLM allocates k lookahead slots."""
     from kvplan.model.step import step_of
 
     args = dict(gpu="H100-80GB", batch=8, context=1000, speculative="eagle3", num_speculative_tokens=3)
@@ -211,4 +214,10 @@ def test_step_reports_sglangs_chain_beside_vllms():
     assert (sglang["lookahead_slots"], sglang["decode_buffer_tokens"]) == (0, 7)
     assert vllm["lookahead_slots"] == 3 and "decode_buffer_tokens" not in vllm
     assert sglang["step"]["tokens_verified"] == vllm["step"]["tokens_verified"] == 8 * 4
-    assert sglang["step"]["speedup"] > 1.5
+    # SGLang speculates with its overlap scheduler off: the host time adds to the GPU's; vLLM's
+    # overlaps it (its step is the longer of the two)
+    st = sglang["step"]
+    assert st["step_s"] == pytest.approx(st["verify_s"] + st["draft_s"] + st["serial_host_s"], rel=1e-12)
+    assert st["serial_host_s"] > 0 and "serial_host_s" not in vllm["step"]
+    assert vllm["step"]["step_s"] == pytest.approx(vllm["step"]["verify_s"] + vllm["step"]["draft_s"], rel=1e-12)
+    assert st["speedup"] > 1.5

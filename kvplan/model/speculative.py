@@ -324,10 +324,13 @@ def _dense_bytes_per_param(target, weights) -> float:
 # -- one step with and without speculation --------------------------------------------------------
 
 
-def speculative_step(target, draft: Draft, sp: Speculative, *, batch: int, read: int) -> dict:
+def speculative_step(target, draft: Draft, sp: Speculative, *, batch: int, read: int,
+                     serial_host: bool = False) -> dict:
     """A decode step of `batch` requests each reading `read` tokens of KV, with and without
     speculation: the verify forward of batch x (1 + k) tokens, the draft's k passes, the tokens a
-    step emits on average, and the time per output token and throughput they give."""
+    step emits on average, and the time per output token and throughput they give. `serial_host`:
+    the speculative step's host time adds to its GPU time (an engine that turns its overlap
+    scheduler off to speculate, as SGLang's EAGLE worker does), the plain step keeping it hidden."""
     k = sp.k
     plain = target.step_s(tokens=batch, requests=batch, kv_read=batch * read, pairs=0)
     verify_tokens = batch * (1 + k)
@@ -338,9 +341,10 @@ def speculative_step(target, draft: Draft, sp: Speculative, *, batch: int, read:
     rest = (k - 1) * draft.pass_s(batch, batch, draft_kv)
     gpu = verify + first + rest
     host = target.host_step_s + target.host_request_s * batch
-    step = max(gpu, host)
+    step = gpu + host if serial_host else max(gpu, host)
     emitted = 1.0 + sp.mean_accepted
-    return {
+    serial = {"serial_host_s": host} if serial_host else {}
+    return {**serial,
         "tokens_verified": verify_tokens, "verify_s": verify, "draft_s": first + rest,
         "draft_first_pass_s": first, "draft_pass_s": draft.pass_s(batch, batch, draft_kv),
         "step_s": step, "tokens_per_request_step": emitted,
@@ -351,12 +355,14 @@ def speculative_step(target, draft: Draft, sp: Speculative, *, batch: int, read:
 
 
 def speculative_section(spec, layout, weights, target, sp: Speculative, *, batch: int, read: int,
-                        batches=(1, 2, 4, 8, 16, 32, 64, 128, 256)) -> dict:
+                        batches=(1, 2, 4, 8, 16, 32, 64, 128, 256), serial_host: bool = False) -> dict:
     """What `kvplan step --speculative` adds: the setting, the draft, one step at --batch, and
-    the speedup at other batch sizes (it shrinks as the verify forward turns compute-bound)."""
+    the speedup at other batch sizes (it shrinks as the verify forward turns compute-bound);
+    `serial_host` as speculative_step's."""
     draft = draft_of(spec, layout, weights, target, sp)
-    at = speculative_step(target, draft, sp, batch=batch, read=read)
-    curve = [{"batch": b, **{key: speculative_step(target, draft, sp, batch=b, read=read)[key]
+    at = speculative_step(target, draft, sp, batch=batch, read=read, serial_host=serial_host)
+    curve = [{"batch": b, **{key: speculative_step(target, draft, sp, batch=b, read=read,
+                                                   serial_host=serial_host)[key]
                              for key in ("tpot_s", "tpot_plain_s", "speedup")}} for b in batches]
     return {**sp.to_dict(), "draft_kv_bytes_per_token": draft.kv_bytes_per_token,
             "draft_weight_bytes_per_gpu": draft.weight_bytes_per_gpu, "lookahead_slots": sp.lookahead,

@@ -91,7 +91,7 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     report["timing_profile"] = timing_profile
     if sp is not None:
         report["speculative"] = _speculative(spec, layout, weights, gpu_spec, tp, enforce_eager, constants, overlap,
-                                             sp, batch, context)
+                                             sp, batch, context, serial_host=engine == "sglang")
         if engine == "sglang":  # SGLang allocates the drafts' slots within the step (kvplan/sim/sglang.py)
             report["speculative"]["lookahead_slots"] = 0
             report["speculative"]["decode_buffer_tokens"] = 2 * sp.k + 1
@@ -100,8 +100,11 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     return report
 
 
-def _speculative(spec, layout, weights, gpu, tp, enforce_eager, constants, overlap, sp, batch, context) -> dict:
-    """The decode step with speculation (kvplan/model/speculative.py), beside the plain one."""
+def _speculative(spec, layout, weights, gpu, tp, enforce_eager, constants, overlap, sp, batch, context,
+                 serial_host: bool = False) -> dict:
+    """The decode step with speculation (kvplan/model/speculative.py), beside the plain one;
+    `serial_host`: SGLang's EAGLE worker, which speculates with its overlap scheduler off
+    (kvplan/sim/sglang.py), the plain step keeping it."""
     from kvplan.model.speculative import speculative_section
     from kvplan.model.step_time import step_model
 
@@ -110,7 +113,7 @@ def _speculative(spec, layout, weights, gpu, tp, enforce_eager, constants, overl
     per_token = [(g.bytes_per_token, g.tokens_held(context)) for g in layout.groups if g.bytes_per_token]
     total = sum(b for b, _ in per_token)
     read = sum(b * held for b, held in per_token) // total if total else context
-    return speculative_section(spec, layout, weights, target, sp, batch=batch, read=read)
+    return speculative_section(spec, layout, weights, target, sp, batch=batch, read=read, serial_host=serial_host)
 
 
 def _memory(spec, layout, weights, gpu, tp, batch, context, chunk, enforce_eager) -> dict:

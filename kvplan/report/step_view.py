@@ -88,8 +88,10 @@ def _render_speculative(out, r: dict) -> None:
               f"acceptance per position {rates} ({source}): {st['tokens_per_request_step']:.2f} tokens a request "
               f"a step; the draft's KV adds {sp['draft_kv_bytes_per_token']:,} bytes a token"
               f"{_draft_weights(sp)}")
+    host = (f" + host {ms(st['serial_host_s'])} (no overlap scheduler while speculating)"
+            if "serial_host_s" in st else "")
     out.print(f"  at batch {r['batch']}: verify {st['tokens_verified']:,} tokens {ms(st['verify_s'])} + draft "
-              f"{ms(st['draft_s'])} = step {ms(st['step_s'])}; TPOT {ms(st['tpot_s'])} against "
+              f"{ms(st['draft_s'])}{host} = step {ms(st['step_s'])}; TPOT {ms(st['tpot_s'])} against "
               f"{ms(st['tpot_plain_s'])} without ({st['speedup']:.2f}x), {st['output_tokens_per_s']:,.0f} output "
               f"tokens/s against {st['output_tokens_per_s_plain']:,.0f}")
     table = Table(title="Speedup as the batch grows", title_justify="left")

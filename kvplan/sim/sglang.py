@@ -72,11 +72,15 @@ schedule_batch.py check_decode_mem and retract_decode, speculative/eagle_worker.
   drafts' lm_head, the draft's extend pass over the step's tokens (after every prefill step too:
   the draft fills its KV for the prompt), and in a decode step k - 1 draft passes of one token a
   request (SGLang captures them in one CUDA graph: no proposer time per pass).
+- the overlap scheduler is off (server_args.py `_handle_speculative_decoding`: disable_overlap_schedule
+  for EAGLE, EAGLE3 and STANDALONE unless SGLANG_ENABLE_SPEC_V2, an opt-in through 2026-04:
+  sgl-project/sgl-cookbook#240 still prepends SGLANG_ENABLE_SPEC_V2=1; sgl-project/sglang#27964 of
+  2026-06-11 retires spec v1 with v2 "enabled by default"), so the engine's host time a step adds
+  to the GPU's instead of hiding behind it (the step model's async_scheduling off, where the
+  workload is built). Releases after the flip overlap again: not modelled.
 SGLang's start-up with speculation (max_running_requests 48, the pool's headroom, 2 GiB more
-reserved) is kvplan/model/sglang_memory.py's rule 4. Not modelled: PrefillAdder has no speculative
-term, so admission is unchanged; the overlap scheduler is off with speculation in the releases
-whose SGLANG_ENABLE_SPEC_V2 defaults to False and on in later ones (the flip is not pinned), and
-the step keeps the plain engine's overlap.
+reserved) is kvplan/model/sglang_memory.py's rule 4. PrefillAdder has no speculative term, so
+admission is unchanged.
 
 RadixAttention (mem_cache/radix_cache.py, page size 1): requests' prompts are known by their
 prefix hash blocks (kvplan/sim/prefix_ids.py's trie of H-token blocks, H the trace's or the

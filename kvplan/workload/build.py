@@ -418,6 +418,8 @@ def _timing(spec: WorkloadSpec, model: ModelFacts | None) -> TimingConfig:
             else c.step_overhead_s))
     if step is not None and spec.engine == "sglang":
         step = step.with_constants(engine_constants(step.constants, "sglang"))
+        if spec.speculative is not None:  # SGLang's EAGLE worker runs without the overlap scheduler
+            step = replace(step, async_scheduling=False)  # (kvplan/sim/sglang.py)
     values["step"] = step
     layout, gpu = (model.layout, model.gpu) if model is not None else (None, None)
     if layout is not None:
