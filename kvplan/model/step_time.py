@@ -125,7 +125,7 @@ timing profile changes.
   held-out step rows 31.4 -> 21.8%. Much of that evidence is suspect: the DeepSeek rows it fixes
   (aiconfigurator's, SGLang's and TensorRT-LLM's) state no speculative decoding, aiconfigurator's
   deployments of DeepSeek ran one MTP draft token by default then, and with one (kvplan's published
-  acceptance, nothing fitted) the width term's predictions already come within a median 13.6% on
+  acceptance, nothing fitted) the width term's predictions already come within a median 15.5% on
   SGLang's 78 such runs served again by SGLang's engine drafting it (44.2% as plain decodes) and
   13.0% on the 20 held-out TensorRT-LLM rows of 2026-01-14 (30.0%; bench/silicon_rows.py,
   bench/parallel_fidelity.py: their what-if tables). Also,
