@@ -214,3 +214,28 @@ def test_speculative_decoding_keeps_2_gib_more_from_0_5_3():
     assert default_mem_fraction(mib, 1, "0.5.3", 8192, 256, speculative=True)[0] == 0.810
     assert default_mem_fraction(mib, 1, "0.4.7", 8192, 256, speculative=True)[0] == \
         default_mem_fraction(mib, 1, "0.4.7", 8192, 256)[0]
+
+
+def test_cli_sizes_a_speculative_server(run_cli):
+    """`kvplan size --engine sglang --speculative mtp --num-speculative-tokens 1` on 8 H200s:
+    SGLang's 0.5.3 reserve there is 14,848 MiB (the 10 GiB floor is passed: 512 + 1.5 x 8,192 +
+    2 x 512 + 1,024 = 14,848), 16,896 with the draft's 2 GiB: round((143,770 - 16,896) / 143,770, 3)
+    = 0.882 (0.897 without). The pool is the one profiled at 0.882 plus max_num_reqs x (1 + 2) + 100,
+    max_num_reqs = min(max(int(T / 163,840 x 512), 2,048), 4,096) of that profiled T; 48 requests
+    run (not given); the MTP layer's own KV pool holds the same tokens at one layer's 576 x 2 B."""
+    common = ["size", "deepseek-ai/DeepSeek-V3", "--engine", "sglang", "--gpu", "H200", "--tp", "8", "--json"]
+    code, out, _ = run_cli(*common, "--speculative", "mtp", "--num-speculative-tokens", "1")
+    assert code == 0
+    spec = json.loads(out)
+    code, out, _ = run_cli(*common, "--mem-fraction-static", "0.882")
+    at = json.loads(out)
+    code, out, _ = run_cli(*common)
+    plain = json.loads(out)
+    assert spec["mem_fraction_static"] == 0.882 and plain["mem_fraction_static"] == 0.897
+    rows = min(max(int(at["max_total_num_tokens"] / 163_840 * 512), 2048), 4096)
+    assert spec["max_total_num_tokens"] == at["max_total_num_tokens"] + rows * 3 + 100
+    assert spec["max_running_requests"] == 48 and "speculative" not in plain
+    s = spec["speculative"]
+    assert (s["speculative_eagle_topk"], s["speculative_num_draft_tokens"]) == (1, 2)
+    assert s["draft_kv_bytes_per_token"] == 576 * 2
+    assert s["draft_kv_pool_bytes"] == spec["max_total_num_tokens"] * 576 * 2

@@ -34,6 +34,8 @@ def size(
     chunked_prefill_size: Annotated[Optional[int], typer.Option(help="SGLang's --chunked-prefill-size, with --engine sglang (default: SGLang's for the GPU).")] = None,
     max_running_requests: Annotated[Optional[int], typer.Option(help="SGLang's --max-running-requests, with --engine sglang (default: from the pool).")] = None,
     sglang_version: Annotated[Optional[str], typer.Option(help="The SGLang release whose rules apply, with --engine sglang: before 0.4.7 the fraction by TP, 0.4.7-0.5.2 a reserve by GPU memory, 0.5.3 on (the default) a reserve from the chunked prefill and CUDA graph sizes.")] = None,
+    speculative: Annotated[Optional[str], typer.Option(help="With --engine sglang: a server speculating with eagle, eagle3 or mtp (SGLang's --speculative-algorithm; NEXTN is mtp), a chain of --num-speculative-tokens drafts: its pool headroom, 2 GiB more reserved, max_running_requests 48.")] = None,
+    num_speculative_tokens: Annotated[Optional[int], typer.Option(help="With --speculative: SGLang's --speculative-num-steps (topk 1; default 3).")] = None,
     dp: Annotated[int, typer.Option("--dp", "--data-parallel-size", help="vLLM's --data-parallel-size: copies of attention and dense layers, each rank its own scheduler and KV pool; an MoE's experts split over tp x dp.")] = 1,
     pp: Annotated[int, typer.Option("--pp", "--pipeline-parallel-size", help="vLLM's --pipeline-parallel-size: stages of consecutive layers, each holding its own layers' KV.")] = 1,
     enable_expert_parallel: Annotated[bool, typer.Option("--enable-expert-parallel", help="vLLM's --enable-expert-parallel: whole experts split over EP = tp x dp ranks instead of every expert tensor-split.")] = False,
@@ -53,13 +55,21 @@ def size(
                  enable_prefix_caching=enable_prefix_caching, flashinfer=flashinfer,
                  allow_long_max_model_len=allow_long_max_model_len, mxfp4_backend=mxfp4_backend, **sglang_options)
     refuse_other_engine(engine, given, vllm_version_given=vllm_version is not None)
+    if engine != "sglang" and (speculative is not None or num_speculative_tokens is not None):
+        from kvplan.errors import UsageError
+
+        raise UsageError("sizes SGLang's start-up with speculation (--engine sglang); vLLM's pool with a draft is a "
+                         "serve workload's `speculative:` (its draft's weights and KV taken from the pool)",
+                         field="--speculative" if speculative is not None else "--num-speculative-tokens")
     if engine == "sglang" and (dp != 1 or pp != 1 or enable_expert_parallel):
         from kvplan.errors import UsageError
 
         flag = "--dp" if dp != 1 else "--pp" if pp != 1 else "--enable-expert-parallel"
         raise UsageError("is vLLM's parallelism (kvplan/model/parallel.py); SGLang's is not modelled yet", field=flag)
     if engine == "sglang":
-        _size_sglang(model, gpu, tp, tokens, kv_dtype, quantization, batch, sglang_options, json)
+        _size_sglang(model, gpu, tp, tokens, kv_dtype, quantization, batch,
+                     {**sglang_options, "speculative": speculative, "num_speculative_tokens": num_speculative_tokens},
+                     json)
         return
     vllm_version = vllm_version or VLLM_RELEASE
     options = dict(tokens=tokens, kv_dtype=kv_dtype, batch=batch, gpu_memory_utilization=gpu_memory_utilization,

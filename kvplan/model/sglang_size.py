@@ -48,10 +48,12 @@ class SGLangRun:
     params: int
     memory: SGLangMemory
     notes: tuple[str, ...]
+    speculative: dict | None = None  # --speculative: the setting and its draft (sglang_memory rule 4)
 
     def to_dict(self) -> dict:
         m = self.memory
-        return {"model": self.model, "engine": "sglang", "gpu": self.gpu, "tp": self.tp, "kv_dtype": self.kv_dtype,
+        extra = {"speculative": self.speculative} if self.speculative is not None else {}
+        return {**extra, "model": self.model, "engine": "sglang", "gpu": self.gpu, "tp": self.tp, "kv_dtype": self.kv_dtype,
                 "sglang_version": m.release, "weight_bytes": m.weights, "params": self.params,
                 "weights_scheme": self.weights_scheme, "mem_fraction_static": m.mem_fraction_static,
                 "mem_fraction_reason": m.mem_fraction_reason, "chunked_prefill_size": m.chunked_prefill_size,
@@ -65,9 +67,11 @@ class SGLangRun:
 def sglang_size(model: str, *, gpu: str, tp: int = 1, kv_dtype: str = "auto", quantization: str | None = None,
                 context_length: int | None = None, mem_fraction_static: float | None = None,
                 chunked_prefill_size: int | None = None, max_running_requests: int | None = None,
-                sglang_version: str | None = None) -> SGLangRun:
-    """SGLang's start-up on `tp` GPUs of kind `gpu` (kvplan/model/sglang_memory.py); bad options raise
-    KvplanError naming the option."""
+                sglang_version: str | None = None, speculative: str | None = None,
+                num_speculative_tokens: int | None = None) -> SGLangRun:
+    """SGLang's start-up on `tp` GPUs of kind `gpu` (kvplan/model/sglang_memory.py), with
+    `speculative` a server drafting `num_speculative_tokens` a step (EAGLE, EAGLE-3 or MTP as a
+    chain: rule 4); bad options raise KvplanError naming the option."""
     from kvplan.model.build import build_layout
     from kvplan.model.gpus import get_gpu
     from kvplan.model.resolve import load_spec
@@ -94,11 +98,30 @@ def sglang_size(model: str, *, gpu: str, tp: int = 1, kv_dtype: str = "auto", qu
     if context is None:
         raise ConfigError("missing; the config states no context length, so give --tokens (SGLang's "
                           "--context-length)", file=spec.source, field="max_position_embeddings")
+    steps, draft, section = 0, None, None
+    if speculative is not None:
+        from kvplan.model.speculative import draft_of, make_speculative
+        from kvplan.model.step_time import step_model
+
+        sp = make_speculative(speculative, num_speculative_tokens)
+        if sp.method == "ngram":
+            raise UsageError("SGLang's n-gram speculation (a draft tree of its own) is not modelled; --engine "
+                             "sglang takes eagle, eagle3 or mtp", field="--speculative")
+        draft = draft_of(spec, layout, weights, step_model(spec, layout, weights, gpu_spec, tp), sp)
+        steps = sp.k
+    elif num_speculative_tokens is not None:
+        raise UsageError("needs --speculative METHOD (eagle, eagle3, mtp)", field="--num-speculative-tokens")
     memory = startup_on(gpu_spec, layout=layout, weights=weights.bytes_per_gpu(tp, gpu_spec), tp=tp, context_len=context,
                         release=sglang_version or SGLANG_RELEASE, mem_fraction_static=mem_fraction_static,
                         chunked_prefill_size=chunked_prefill_size, max_running_requests=max_running_requests,
-                        model_type=spec.model_type)
+                        model_type=spec.model_type, speculative_steps=steps,
+                        draft_cell_size=draft.kv_bytes_per_token if draft is not None else 0)
+    if draft is not None:
+        section = {"method": sp.method, "num_speculative_tokens": sp.k, "speculative_eagle_topk": 1,
+                   "speculative_num_draft_tokens": sp.k + 1, "draft_kv_bytes_per_token": draft.kv_bytes_per_token,
+                   "draft_kv_pool_bytes": memory.draft_kv_pool, "draft_weight_bytes": draft.weight_bytes_per_gpu}
     notes = [spec.dtype_note] if spec.dtype_note else []
     if weights.scheme != "none":
         notes.append(f"weights as loaded: {weights.scheme}")
-    return SGLangRun(model, gpu_spec.name, tp, layout.kv_dtype, weights.scheme, weights.params, memory, tuple(notes))
+    return SGLangRun(model, gpu_spec.name, tp, layout.kv_dtype, weights.scheme, weights.params, memory, tuple(notes),
+                     section)
