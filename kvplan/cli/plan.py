@@ -102,9 +102,11 @@ def plan(
     if speculative is not None or num_speculative_tokens is not None or acceptance is not None:
         from dataclasses import replace
 
-        if "sglang" in engines and str(speculative).lower() == "ngram":
-            raise UsageError("SGLang's n-gram speculation (a draft tree of its own) is not modelled; --engine "
-                             "sglang takes eagle, eagle3 or mtp", field="--speculative")
+        from kvplan.model.speculative import METHODS, SGLANG_METHODS, sglang_refusal
+
+        method = str(speculative).lower()  # a method make_speculative knows that SGLang's engine does not take
+        if "sglang" in engines and method in METHODS and method not in SGLANG_METHODS:
+            raise UsageError(sglang_refusal("--engine sglang"), field="--speculative")
         traffic = replace(traffic, speculative=_speculative(model, speculative, num_speculative_tokens, acceptance,
                                                              routers))
     request = PlanRequest(model=model, traffic=traffic,

@@ -100,13 +100,12 @@ def sglang_size(model: str, *, gpu: str, tp: int = 1, kv_dtype: str = "auto", qu
                           "--context-length)", file=spec.source, field="max_position_embeddings")
     steps, draft, section = 0, None, None
     if speculative is not None:
-        from kvplan.model.speculative import draft_of, make_speculative
+        from kvplan.model.speculative import SGLANG_METHODS, draft_of, make_speculative, sglang_refusal
         from kvplan.model.step_time import step_model
 
         sp = make_speculative(speculative, num_speculative_tokens)
-        if sp.method == "ngram":
-            raise UsageError("SGLang's n-gram speculation (a draft tree of its own) is not modelled; --engine "
-                             "sglang takes eagle, eagle3 or mtp", field="--speculative")
+        if sp.method not in SGLANG_METHODS:
+            raise UsageError(sglang_refusal("--engine sglang"), field="--speculative")
         draft = draft_of(spec, layout, weights, step_model(spec, layout, weights, gpu_spec, tp), sp)
         steps = sp.k
     elif num_speculative_tokens is not None:

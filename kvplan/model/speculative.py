@@ -65,6 +65,14 @@ from dataclasses import dataclass, replace
 from kvplan.errors import UsageError
 
 METHODS = ("eagle", "eagle3", "mtp", "ngram")
+SGLANG_METHODS = ("eagle", "eagle3", "mtp")  # SGLang's EAGLE worker (NEXTN is its EAGLE); its n-gram one is not modelled
+
+
+def sglang_refusal(engine: str) -> str:
+    """Why SGLang's engine does not take n-gram speculation, naming how the engine was chosen
+    (`engine: sglang` in a file, `--engine sglang` on the command line)."""
+    return (f"SGLang's n-gram speculation (a draft tree of its own) is not modelled; {engine} takes "
+            f"{', '.join(SGLANG_METHODS[:-1])} or {SGLANG_METHODS[-1]}")
 MAX_SPECULATIVE_TOKENS = 32  # more drafts than any published setting (vLLM's examples use 1-8)
 
 # The conditional acceptance r of each method (a draft is accepted with probability r given the

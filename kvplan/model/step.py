@@ -36,9 +36,11 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
             raise UsageError(f"expected an integer from 1 to 2^31, got {value}", field=name)
     sp = None
     if speculative is not None:
-        from kvplan.model.speculative import make_speculative
+        from kvplan.model.speculative import SGLANG_METHODS, make_speculative, sglang_refusal
 
         sp = make_speculative(speculative, num_speculative_tokens, acceptance)
+        if engine == "sglang" and sp.method not in SGLANG_METHODS:
+            raise UsageError(sglang_refusal("--engine sglang"), field="--speculative")
     elif num_speculative_tokens is not None or acceptance is not None:
         raise UsageError("needs --speculative METHOD (eagle, eagle3, mtp, ngram)",
                          field="--num-speculative-tokens" if num_speculative_tokens is not None else "--acceptance")
@@ -59,9 +61,6 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
     if sp is not None and not par.plain:
         raise UsageError("models speculative decoding on tensor parallelism only (not --dp, --pp or "
                          "--enable-expert-parallel yet)", field="--speculative")
-    if sp is not None and engine == "sglang" and sp.method == "ngram":
-        raise UsageError("SGLang's n-gram speculation (a draft tree of its own) is not modelled; --engine "
-                         "sglang takes eagle, eagle3 or mtp", field="--speculative")
     if engine != "vllm" and not par.plain:
         raise UsageError("is vLLM's parallelism (kvplan/model/parallel.py); SGLang's is not modelled yet",
                          field="--dp" if dp != 1 else "--pp" if pp != 1 else "--enable-expert-parallel")

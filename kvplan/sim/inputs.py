@@ -20,6 +20,7 @@ import numpy as np
 from kvplan.errors import WorkloadError
 from kvplan.memory.capacity import contiguous_reservations
 from kvplan.memory.contiguous import POLICIES, reservation
+from kvplan.model.speculative import SGLANG_METHODS, sglang_refusal
 from kvplan.sim.offload import OffloadSetup, offload_setup
 from kvplan.sim.prefix_ids import ChunkIds, PrefixTrie
 from kvplan.sim.speculative import SpecSetup, spec_setup
@@ -101,9 +102,8 @@ def make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
     setup = _make_setup(workload, allocator)
     if workload.speculative is None:
         return setup
-    if setup.sglang is not None and workload.speculative.setting.method == "ngram":
-        raise WorkloadError("SGLang's n-gram speculation (a draft tree of its own) is not modelled; engine: "
-                            "sglang takes eagle, eagle3 or mtp", field="speculative.method")
+    if setup.sglang is not None and workload.speculative.setting.method not in SGLANG_METHODS:
+        raise WorkloadError(sglang_refusal("engine: sglang"), field="speculative.method")
     if setup.hybrid is not None:
         raise WorkloadError("speculative decoding is modelled on models of one kind of attention layer; "
                             "this model's hybrid layer groups are not (remove speculative:)", field="speculative")

@@ -671,9 +671,11 @@ class WorkloadSpec:
             raise _fail("engine", f"sglang runs serve experiments only, and this is experiment: {self.experiment}")
         if self.offload is not None:
             raise _fail("offload", "a CPU tier is vLLM's offloading connector; engine: sglang runs without one")
-        if self.speculative is not None and str(self.speculative.method).lower() == "ngram":
-            raise _fail("speculative.method", "SGLang's n-gram speculation (a draft tree of its own) is not "
-                                              "modelled; engine: sglang takes eagle, eagle3 or mtp")
+        if self.speculative is not None:
+            from kvplan.model.speculative import SGLANG_METHODS, sglang_refusal
+
+            if self.speculative.setting().method not in SGLANG_METHODS:
+                raise _fail("speculative.method", sglang_refusal("engine: sglang"))
         if self.pool.gpu_memory_utilization is not None:
             raise _fail("pool.gpu_memory_utilization", "sizes vLLM's start-up pool; for engine: sglang give "
                                                        "pool.mem_fraction_static (SGLang's start-up rule; default: "
