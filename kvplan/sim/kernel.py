@@ -1386,13 +1386,21 @@ def spec_draw(seed, rid, generated):
 
 
 @njit(cache=True)
+def spec_accepts(cfg, rid, generated, drafts):
+    """Of `drafts` drafts, those request rid's step accepts after `generated` tokens: the leading
+    positions whose threshold its draw falls below (SpecSetup.accepted)."""
+    u = spec_draw(cfg[SPEC_SEED], rid, generated)
+    a = 0
+    while a < drafts and u < cfg[cfg[SPEC_THR_AT] + a]:
+        a += 1
+    return a
+
+
+@njit(cache=True)
 def spec_advance(cfg, req, rid, s):
     """A decoding request's step of s tokens (s - 1 drafts): it holds and has generated 1 + a more,
     a the drafts accepted (at most what its output has left); the caller adds the last 1."""
-    u = spec_draw(cfg[SPEC_SEED], rid, req[rid, GENERATED])
-    a = 0
-    while a < s - 1 and u < cfg[cfg[SPEC_THR_AT] + a]:
-        a += 1
+    a = spec_accepts(cfg, rid, req[rid, GENERATED], s - 1)
     left = req[rid, OUTPUT] - req[rid, GENERATED] - 1
     if a > left:
         a = left
@@ -1425,11 +1433,20 @@ def spec_step_dt(cfg, req, running, sched, n, kv, processed, nreq, pairs):
             decoders += 1
             drafts += sched[i] - 1
             kv_dec += kv_read(cfg, req[rid, HELD])
+    return physical_dt(cfg, kv, processed, nreq, pairs, spec_extra(cfg, processed, nreq, kv, pairs, decoders, drafts,
+                                                                    kv_dec))
+
+
+@njit(cache=True)
+def spec_extra(cfg, tokens, nreq, kv, pairs, decoders, drafts, kv_dec):
+    """The GPU ticks speculation adds to a step (speculative.SpecSetup.step_ticks): the verified
+    drafts' lm_head and, beside decoding requests, the drafter's pass over the step's tokens and
+    its k - 1 passes of one token per decoding request."""
     extra = cfg[SPEC_VERIFY] * drafts
     if decoders > 0:
-        extra += (spec_pass_ticks(cfg, processed, nreq, kv, pairs)
+        extra += (spec_pass_ticks(cfg, tokens, nreq, kv, pairs)
                   + (cfg[SPEC_K] - 1) * spec_pass_ticks(cfg, decoders, decoders, kv_dec, 0))
-    return physical_dt(cfg, kv, processed, nreq, pairs, extra)
+    return extra
 
 
 @njit(cache=True)
@@ -2269,9 +2286,9 @@ def sg_step_dt(cfg, kv, tokens, nreq, pairs, decoders, kv_dec):
     step, and in a decode step `decoders` requests verifying k drafts and k - 1 more draft passes."""
     if cfg[SPEC_K] == 0 or cfg[TIMED] == 0 or cfg[PHYSICAL] == 0:
         return step_dt(cfg, kv, tokens, nreq, pairs)
-    extra = cfg[SPEC_VERIFY] * cfg[SPEC_K] * decoders + spec_pass_ticks(cfg, tokens, nreq, kv, pairs)
-    if decoders > 0:
-        extra += (cfg[SPEC_K] - 1) * spec_pass_ticks(cfg, decoders, decoders, kv_dec, 0)
+    extra = spec_extra(cfg, tokens, nreq, kv, pairs, decoders, cfg[SPEC_K] * decoders, kv_dec)
+    if decoders == 0:  # the draft's extend pass follows a prefill step too
+        extra += spec_pass_ticks(cfg, tokens, nreq, kv, pairs)
     return physical_dt(cfg, kv, tokens, nreq, pairs, extra)
 
 
@@ -2334,10 +2351,7 @@ def sg_retract(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, order):
 def sg_accepted(cfg, sr, rid):
     """Drafts a decoding request's step accepts (spec_advance's draw), at most what its output
     has left after the step's own token."""
-    u = spec_draw(cfg[SPEC_SEED], rid, sr[rid, S_GEN])
-    a = 0
-    while a < cfg[SPEC_K] and u < cfg[cfg[SPEC_THR_AT] + a]:
-        a += 1
+    a = spec_accepts(cfg, rid, sr[rid, S_GEN], cfg[SPEC_K])
     left = sr[rid, S_OUTPUT] - sr[rid, S_GEN] - 1
     return a if a < left else left
 

@@ -102,14 +102,12 @@ class SpecSetup:
 
     def sglang_step_ticks(self, clock: StepClock, kv_read: int, tokens: int, requests: int, pairs: int,
                           decoders: int, kv_decoders: int) -> int:
-        """A step of SGLang's EAGLE worker (kvplan/sim/sglang.py): the target's forward over
-        `tokens`, the draft's extend pass over the same tokens (after a prefill, or over the
-        verified positions), and in a decode step `decoders` requests verifying k drafts each and
-        the draft's k - 1 further passes of one token per request."""
-        extra = self.verify * self.k * decoders + self.pass_ticks(tokens, requests, kv_read, pairs)
-        if decoders > 0:
-            extra += (self.k - 1) * self.pass_ticks(decoders, decoders, kv_decoders, 0)
-        return clock.step_ticks(kv_read, tokens, requests, pairs, extra)
+        """A step of SGLang's EAGLE worker (kvplan/sim/sglang.py): step_ticks with `decoders`
+        requests verifying k drafts each, and the draft's extend pass over a prefill step's tokens
+        too (vLLM's drafter runs only beside decoding requests)."""
+        extend = self.pass_ticks(tokens, requests, kv_read, pairs) if decoders == 0 else 0
+        return self.step_ticks(clock, kv_read, tokens, requests, pairs, decoders, self.k * decoders, kv_decoders,
+                               extra_gpu=extend)
 
 
 def spec_setup(run, clock: StepClock, seed: int, token_budget: int, max_model_len: int = 1 << 62) -> SpecSetup:
