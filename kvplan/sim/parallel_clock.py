@@ -33,11 +33,16 @@ def shared_moe_ticks(step, tokens: list[int]) -> int:
     if step is None or not tokens or max(tokens) <= 0:
         return 0
     _, _, model, _, f_moe = step.stages[0]
+    return int(round(_moe_s(step, tokens, f_moe, model.moe_layers) * TICKS_PER_SECOND))
+
+
+def _moe_s(step, tokens: list[int], f_moe: float, layers: int) -> float:
+    """Seconds of `layers` MoE layers (a share `f_moe` of the model's experts) over each rank's
+    `tokens`: the busiest rank's experts over everyone's tokens, and the all-to-all (allgather
+    gathers all N tokens, priced at N / D a rank; DeepEP the busiest sender's)."""
     group = sum(tokens)
-    experts = step.experts_s(max(tokens), f_moe, group_tokens=group)
     sent = -(-group // len(tokens)) if step.backend == "allgather_reducescatter" else max(tokens)
-    a2a = step.all_to_all_s(sent, model.moe_layers)
-    return int(round((experts + a2a) * TICKS_PER_SECOND))
+    return step.experts_s(max(tokens), f_moe, group_tokens=group) + step.all_to_all_s(sent, layers)
 
 
 def draft_moe_ticks(step, passes: list[list[int]], layers: int) -> int:
@@ -52,13 +57,7 @@ def draft_moe_ticks(step, passes: list[list[int]], layers: int) -> int:
     if model.moe_layers <= 0 or f_moe == 0:
         return 0
     one = f_moe / model.moe_layers
-    total = 0.0
-    for tokens in passes:
-        if not tokens or max(tokens) <= 0:
-            continue
-        group = sum(tokens)
-        sent = -(-group // len(tokens)) if step.backend == "allgather_reducescatter" else max(tokens)
-        total += layers * (step.experts_s(max(tokens), one, group_tokens=group) + step.all_to_all_s(sent, 1))
+    total = sum(layers * _moe_s(step, tokens, one, 1) for tokens in passes if tokens and max(tokens) > 0)
     return int(round(total * TICKS_PER_SECOND))
 
 
