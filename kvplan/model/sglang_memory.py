@@ -307,11 +307,12 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
     tokens = max(int(rest * GiB) // cell, 0) if cell else 0
     tokens = tokens // page_size * page_size
     estimated = request_rows(tokens, context_len)
-    running = max_running(tokens, context_len, rules.req_pool_extra, max_running_requests)
     if speculative_steps and tokens > 0:  # rule 4: the request rows stay those of the profiled pool
         given = SPECULATIVE_MAX_RUNNING if max_running_requests is None else max_running_requests
         running = min(given, estimated + rules.req_pool_extra)
         tokens += estimated * (2 * speculative_steps + 1) + SPECULATIVE_POOL_BUFFER
+    else:
+        running = max_running(tokens, context_len, rules.req_pool_extra, max_running_requests)
     reason = None
     if weights > gpu_memory:
         reason = (f"CUDA out of memory while loading the weights: they need {weights / GiB:.2f} GiB on each GPU, "

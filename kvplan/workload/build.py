@@ -259,22 +259,15 @@ def _sglang_startup(spec: WorkloadSpec, model: ModelFacts | None) -> SGLangMemor
         raise _fail(where, "the pool SGLang allocates at start-up needs the model's config; give pool.slots")
     asked = spec.pool.mem_fraction_static
     g = spec.sglang if spec.sglang is not None else SglangSpec()
-    steps, draft_cell = 0, 0
-    if spec.speculative is not None:  # sglang_memory rule 4: the draft's headroom and reserve
-        setting = spec.speculative.setting()
-        steps = setting.k
-        if model.step_model is not None and model.weights is not None:
-            from kvplan.model.speculative import draft_of
-
-            draft_cell = draft_of(model.spec, model.layout, model.weights, model.step_model, setting,
-                                  field="speculative.method").kv_bytes_per_token
+    # sglang_memory rule 4: the drafts' headroom and reserve (the draft's own KV pool, which the run
+    # does not read, is left unsized here; `kvplan size --engine sglang --speculative` reports it)
+    steps = spec.speculative.setting().k if spec.speculative is not None else 0
     try:
         m = startup_on(gpu, layout=model.layout, weights=int(model.weight_bytes or 0), tp=spec.tp,
                        context_len=model.spec.max_context or DEFAULT_MAX_MODEL_LEN,
                        mem_fraction_static=None if asked == DEFAULT_FRACTION else asked,
                        chunked_prefill_size=g.chunked_prefill_size, max_running_requests=g.max_running_requests,
-                       model_type=getattr(model.spec, "model_type", ""), speculative_steps=steps,
-                       draft_cell_size=draft_cell)
+                       model_type=getattr(model.spec, "model_type", ""), speculative_steps=steps)
     except KvplanError as exc:  # a model SGLang's pool rule does not cover
         raise _fail("engine" if exc.field == "--engine" else where, exc.message) from None
     if not m.starts:
