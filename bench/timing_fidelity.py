@@ -364,24 +364,18 @@ def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int,
     if is_hybrid(layout):
         return None
     flags = sglang_flags(entry)
+    server = dict(layout=layout, weights=weights.bytes_per_gpu(tp, gpu), tp=tp, context_len=context,
+                  release=sglang_release(entry), mem_fraction_static=flags.get("mem_fraction_static"),
+                  chunked_prefill_size=flags.get("chunked_prefill_size"), model_type=spec.model_type)
     try:
-        m = startup_on(gpu, layout=layout, weights=weights.bytes_per_gpu(tp, gpu), tp=tp, context_len=context,
-                       release=sglang_release(entry), mem_fraction_static=flags.get("mem_fraction_static"),
-                       chunked_prefill_size=flags.get("chunked_prefill_size"),
-                       max_running_requests=entry["setup"].get("max_num_seqs") or flags.get("max_running_requests"),
-                       model_type=spec.model_type)
+        m = startup_on(gpu, **server,
+                       max_running_requests=entry["setup"].get("max_num_seqs") or flags.get("max_running_requests"))
     except KvplanError:
         return None
+    if m.starts and speculative_steps:  # the same server speculating, its running cap the plain one's
+        m = startup_on(gpu, **server, max_running_requests=m.max_running_requests, speculative_steps=speculative_steps)
     if not m.starts:
         return None
-    if speculative_steps:
-        m = startup_on(gpu, layout=layout, weights=weights.bytes_per_gpu(tp, gpu), tp=tp, context_len=context,
-                       release=sglang_release(entry), mem_fraction_static=flags.get("mem_fraction_static"),
-                       chunked_prefill_size=flags.get("chunked_prefill_size"),
-                       max_running_requests=m.max_running_requests, model_type=spec.model_type,
-                       speculative_steps=speculative_steps)
-        if not m.starts:
-            return None
     chunk = m.chunked_prefill_size
     cfg = SglangConfig(schedule_conservativeness=float(flags.get("schedule_conservativeness", 1.0)),
                        chunked_prefill_size=0 if chunk == -1 else int(chunk),
