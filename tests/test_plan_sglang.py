@@ -75,7 +75,7 @@ def test_the_command_compares_the_engines(tmp_path, run_cli):
     code, out, err = run_cli(*args, "--engine", "vllm,sglang", "--json", "--csv", str(tmp_path / "p.csv"))
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["rules"]["engines"] == ["vllm", "sglang"] and doc["rules"]["router"] is None
+    assert doc["rules"]["engines"] == ["vllm", "sglang"] and doc["rules"]["router"] == "round_robin"
     assert {r["config"]["engine"] for r in doc["results"]} == {"vllm", "sglang"}
     cmp = doc["engines"]
     best = {e: b for e, b in cmp["best"].items() if b is not None}
@@ -92,15 +92,24 @@ def test_the_command_compares_the_engines(tmp_path, run_cli):
     assert "engines" not in plain and all("engine" not in r["config"] for r in plain["results"])
 
 
-def test_a_fleet_refuses_sglang_replicas():
-    """Breaks if a fleet would step vLLM's kernel on an SGLang workload (its replicas are vLLM's)."""
-    from kvplan.errors import WorkloadError
-    from kvplan.fleet.run import Group, run_fleet
-    from kvplan.workload.routing import RouterSpec
+def test_an_sglang_row_is_checked_on_a_fleet_of_sglang_servers(planned):
+    """Breaks if the fleet check refuses an SGLang row, runs it on vLLM's replicas (a fleet of one
+    SGLang server is its serve run: tests/test_fleet_sglang.py), or tries it as disaggregated pools
+    (SGLang's disaggregation is not modelled: it is checked colocated)."""
+    from kvplan.fleet.run import Replica, Group
+    from kvplan.plan.fleet_check import checked
+    from kvplan.sim.inputs import make_setup
+    from kvplan.sim.sglang_state import SglangState
+    from kvplan.workload.spec import Transfer
 
     wl = config_workload(MODEL, TRAFFIC, Config("L40S", 1, engine="sglang"))
-    with pytest.raises(WorkloadError, match="SGLang's is not modelled in a fleet"):
-        run_fleet([Group("g", 2, wl)], RouterSpec("round_robin"), iter(()))
+    assert isinstance(Replica(0, Group("g", 1, wl), make_setup(wl, wl.allocators[0])).state, SglangState)
+    rows = [e for e in planned if e.config.engine == "sglang" and e.feasible]
+    assert rows
+    fleets = checked(MODEL, TRAFFIC, TARGETS, rows, ["round_robin"], len(rows), Transfer(50.0, 0.001), book=BOOK)
+    for e in fleets:
+        assert e.config.engine == "sglang" and e.router == "round_robin" and e.prefill_replicas == 0
+        assert e.feasible or "still miss the targets" in e.reason
 
 
 def test_a_workload_traffic_counts_its_shared_prefixes(tmp_path):

@@ -50,8 +50,8 @@ def plan(
     headroom: Annotated[float, typer.Option(help="Share of each replica's capacity left unplanned (0.1: plan each replica at 90% of the highest rate it meets the targets at).")] = 0.10,
     frontier_span: Annotated[float, typer.Option("--frontier-span", help="Simulate for the frontier the configurations costing up to this many times the answer (2: what twice the money buys).")] = 2.0,
     check_seeds: Annotated[int, typer.Option("--check-seeds", help="Fresh samples of the traffic every answer is re-simulated on at its planned load (replicas are added until all meet the targets).")] = 2,
-    router: Annotated[Optional[str], typer.Option(help=f"Check the replica count on a fleet behind this router, or the cheapest of a list ({', '.join(ROUTER_NAMES)}), or none (default round_robin; none when --engine names sglang, whose replicas the fleet does not run).")] = None,
-    disaggregate: Annotated[Optional[float], typer.Option(help="With --router: also try prefill/decode pools of the same GPUs, the KV sent over this many GB/s (1 ms latency).")] = None,
+    router: Annotated[Optional[str], typer.Option(help=f"Check the replica count on a fleet behind this router, or the cheapest of a list ({', '.join(ROUTER_NAMES)}), or none (default round_robin; none with --dp or --expert-parallel).")] = None,
+    disaggregate: Annotated[Optional[float], typer.Option(help="With --router: also try prefill/decode pools of the same GPUs, the KV sent over this many GB/s (1 ms latency); vLLM configurations only.")] = None,
     check_top: Annotated[int, typer.Option("--check-top", help="How many of the best configurations to check on the fleet.")] = 3,
     workers: Annotated[Optional[int], typer.Option(help="Evaluations in parallel (default: every core).")] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Run the evaluations on Ray (the cluster at RAY_ADDRESS, else a local instance); needs kvplan[ray].")] = False,
@@ -81,7 +81,7 @@ def plan(
     targets = _targets(ttft_p99, tpot_p99, e2e_p99, goodput)
     engines = _engines(engine, block_size)
     parallel = _parallel(model, dp, expert_parallel, network_gbps, engines, all2all_backend)
-    routers, transfer = _fleet(_router(router, engines, parallel != ([1], [False])), disaggregate, check_top)
+    routers, transfer = _fleet(_router(router, parallel != ([1], [False])), disaggregate, check_top)
     for name, target in (("--csv", csv), ("--plot", plot), ("--html", html)):
         if target is not None:
             check_writable(target, name)
@@ -208,18 +208,15 @@ def _engines(text: str, block_size: str) -> list[str]:
     return engines
 
 
-def _router(router: str | None, engines: list[str], parallel: bool = False) -> str:
-    """The fleet check's routers: round_robin by default, none by default with SGLang (the fleet's
-    replicas run vLLM's engine: kvplan/fleet/run.py) or with DP/EP configurations (the fleet's
-    replicas are single engines), refused in one line when asked for with them."""
+def _router(router: str | None, parallel: bool = False) -> str:
+    """The fleet check's routers: round_robin by default (an SGLang configuration's fleet runs
+    SGLang's replicas), none by default with DP/EP configurations (the fleet's replicas are single
+    engines), refused in one line when asked for with them."""
     if router is None:
-        return "none" if "sglang" in engines or parallel else "round_robin"
+        return "none" if parallel else "round_robin"
     if parallel and router.strip().lower() != "none":
         raise UsageError("checks the replicas on a fleet of single engines; a replica of DP ranks in lockstep is "
                          "not run there: with --dp or --expert-parallel give --router none", field="--router")
-    if "sglang" in engines and router.strip().lower() != "none":
-        raise UsageError("checks the replicas on a fleet, whose replicas run vLLM's engine only; with --engine "
-                         "sglang give --router none", field="--router")
     return router
 
 

@@ -4,8 +4,9 @@ A fleet file is a serve workload with `replicas:` (groups of identical replicas,
 `model`, `gpu`, `tp`, `kv_dtype`, `pool`, `scheduler`, `allocators`, `timing` defaulting to the
 file's top level, and its `count`) and `router:` (kvplan/fleet/routers.py): a `FleetSpec` of
 kvplan/workload/spec.py, read with the rest of the file. Every replica is the serve
-engine of kvplan/sim/engine.py with its own KV pool, prefix cache, scheduler and API server; the
-router sends each request, at its arrival, to one of them.
+engine of kvplan/sim/engine.py with its own KV pool, prefix cache, scheduler and API server (vLLM's
+scheduler, or SGLang's with `engine: sglang`: engine.new_state); the router sends each request, at
+its arrival, to one of them.
 
 How the replicas run together:
 - round_robin and random do not look at the replicas: every request is routed as it is read, and
@@ -14,7 +15,7 @@ How the replicas run together:
   streams).
 - least_outstanding, least_kv and prefix_aware look at them. The router's view is refreshed every
   `sync_interval_s` of arrival time (a metrics scrape, or KV events): at each refresh every
-  replica is simulated up to that instant (`KernelState.advance`) and reports its outstanding
+  replica is simulated up to that instant (its state's `advance`) and reports its outstanding
   requests and KV blocks in use; between refreshes the router adds what it sent itself, as
   routers that count in-flight requests do. prefix_aware keeps its own index of the prompt blocks
   it sent to each replica (an LRU of each replica's cache size in blocks, the way llm-d's
@@ -39,7 +40,7 @@ import numpy as np
 
 from kvplan.errors import KvplanError, WorkloadError
 from kvplan.fleet.routers import make_router
-from kvplan.sim.engine import KernelState
+from kvplan.sim.engine import new_state
 from kvplan.sim.inputs import ChunkPreparer, SimSetup, make_setup
 from kvplan.sim.timing import MAX_ARRIVAL_TICKS
 from kvplan.sim.metrics import ServeResult, Stats, build_result, client_frontend, latency_arrays
@@ -170,7 +171,7 @@ class Replica:
 
     def __init__(self, index: int, group: Group, setup: SimSetup):
         self.index, self.group, self.setup = index, group, setup
-        self.state = KernelState(setup)
+        self.state = new_state(setup)  # vLLM's scheduler, or SGLang's for a group with engine: sglang
         self.preparer = ChunkPreparer(setup)
         self.routed = 0
         self.gids: list[np.ndarray] = []  # the fleet's numbers of the requests it was sent, in order
@@ -207,10 +208,10 @@ class Replica:
         if trie is None or not trie.hash_block_size:
             return 0
         per = trie.hash_block_size // self.setup.block_size
-        children, cached, parent, held = trie.children, self.state.cached_block, -1, 0
+        children, holds, parent, held = trie.children, self.state.holds_node, -1, 0
         for h in ids:
             node = children.get((parent, h))
-            if node is None or not all(cached(node * per + s) for s in range(per)):
+            if node is None or not holds(node, per):
                 break
             held, parent = held + 1, node
         return held
@@ -298,9 +299,10 @@ def run_fleet(groups: list[Group], spec: RouterSpec, chunks, seed: int = 0, *, t
     row per request in the result."""
     replicas: list[Replica] = []
     for g in groups:
-        if g.workload.sglang is not None:  # the replicas below step vLLM's kernel (KernelState)
-            raise WorkloadError("a fleet's replicas run vLLM's scheduler; SGLang's is not modelled in a fleet",
-                                field="engine")
+        if g.workload.sglang is not None and g.role != "both":
+            raise WorkloadError(f"group {g.name!r}: a disaggregated fleet's prefill and decode replicas run vLLM's "
+                                "scheduler and its KV connector; SGLang's disaggregation is not modelled, expected "
+                                "engine: vllm there", field="engine")
         setup = make_setup(g.workload, g.workload.allocators[0])
         replicas += [Replica(len(replicas) + k, g, setup) for k in range(g.count)]
     if any(g.role != "both" for g in groups):

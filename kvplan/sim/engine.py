@@ -14,13 +14,14 @@ flight (`cx` is None without a tier, so that numba compiles the tier's branches 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 
 from kvplan.errors import WorkloadError
 from kvplan.sim import kernel as K
+from kvplan.sim.columns import EVENTS_PER_CALL, RequestColumns, grown
 from kvplan.sim.inputs import PreparedChunk, SimSetup, make_setup, prepared_chunks
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.sim.offload import OffloadStats, stalled
@@ -29,17 +30,7 @@ from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
 from kvplan.workload.records import Workload
 from kvplan.workload.spec import AllocatorSpec
 
-EVENTS_PER_CALL = 200_000  # kernel events between progress reports
 MAX_EVENT_TICKS = 1 << 61  # the most one step or jump may move the clock (see kernel.run)
-
-
-def _grown(a: np.ndarray, size: int, fill: int) -> np.ndarray:
-    """`a` if it holds `size` items, else a copy at least twice as long, padded with `fill`."""
-    if size <= len(a):
-        return a
-    out = np.full(max(2 * len(a), size), fill, dtype=np.int64)
-    out[:len(a)] = a
-    return out
 
 
 def longest_step(setup: SimSetup) -> int:
@@ -113,16 +104,6 @@ def _speculative_config(cfg: np.ndarray, sp) -> np.ndarray:
     for key, value in values.items():
         out[key] = int(value)
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class RequestColumns:
-    """Per loaded request, views (not copies) of the engine's table, in ticks; -1: not yet."""
-
-    arrival: np.ndarray
-    first_token: np.ndarray
-    finish: np.ndarray
-    output: np.ndarray
 
 
 class KernelState:
@@ -199,6 +180,10 @@ class KernelState:
         block + sub-block; kvplan/sim/prefix_ids.py): what vLLM's KV events tell a precise index."""
         return block_node < len(self.copies) and self.copies[block_node] >= 0
 
+    def holds_node(self, node: int, per: int) -> bool:
+        """Whether the prefix cache holds every one of the `per` blocks of trie node `node`."""
+        return all(self.cached_block(node * per + s) for s in range(per))
+
     @property
     def blocks_in_use(self) -> int:
         """KV blocks held by requests or by the prefix cache's unfreed entries (0 unpaged)."""
@@ -261,17 +246,17 @@ class KernelState:
         blocks = counts * per
         rows[:, K.ID_START], rows[:, K.ID_BLOCKS] = starts, blocks
         rows[:, K.E_START] = self.n_held + np.concatenate(([0], np.cumsum(blocks)[:-1]))
-        self.ids = _grown(self.ids, self.n_ids + len(ids.nodes), 0)
+        self.ids = grown(self.ids, self.n_ids + len(ids.nodes), 0)
         self.ids[self.n_ids:self.n_ids + len(ids.nodes)] = ids.nodes
         self.n_ids += len(ids.nodes)
         self.n_held += int(blocks.sum())
-        self.held = _grown(self.held, self.n_held, 0)
+        self.held = grown(self.held, self.n_held, 0)
         if len(ids.nodes):
-            self.copies = _grown(self.copies, (int(ids.nodes.max()) + 1) * per, -1)
+            self.copies = grown(self.copies, (int(ids.nodes.max()) + 1) * per, -1)
         offload = self.setup.offload
         if offload is not None:
-            self.cpu_slot = _grown(self.cpu_slot, len(self.copies), -1)
-            self.cpu = _grown(self.cpu, min(offload.num_blocks, self.n_held) * K.NS, 0)
+            self.cpu_slot = grown(self.cpu_slot, len(self.copies), -1)
+            self.cpu = grown(self.cpu, min(offload.num_blocks, self.n_held) * K.NS, 0)
 
     def kernel_args(self) -> tuple:
         """The kernel's arrays, in `kernel.run`'s order (its state as of now: px grows on load)."""
@@ -333,6 +318,16 @@ class KernelState:
         )  # fmt: skip
 
 
+def new_state(setup: SimSetup, timeline_points: int = TIMELINE_POINTS) -> "KernelState | SglangState":
+    """The engine's state for a setup: SGLang's scheduler (sglang_state.py) when it has one, else
+    vLLM's (KernelState); both load chunks and run alike."""
+    if setup.sglang is not None:
+        from kvplan.sim.sglang_state import SglangState
+
+        return SglangState(setup, _config(setup, timeline_points), timeline_points)
+    return KernelState(setup, timeline_points)
+
+
 def simulate(workload: Workload, allocator: AllocatorSpec, *,
              progress: Callable[[int, int], None] | None = None,
              record_requests: bool = False,
@@ -353,14 +348,8 @@ def simulate(workload: Workload, allocator: AllocatorSpec, *,
 
         return simulate_data_parallel(workload, allocator, progress=progress, record_requests=record_requests,
                                       timeline_points=timeline_points, slo=slo_of(workload, setup))
-    if setup.sglang is not None:  # SGLang's scheduler: kvplan/sim/sglang.py
-        from kvplan.sim.sglang import simulate_sglang
-
-        return simulate_sglang(workload, setup, _config(setup, timeline_points), slo_of(workload, setup),
-                               progress=progress, record_requests=record_requests,
-                               events_per_call=EVENTS_PER_CALL)
     slo = slo_of(workload, setup)
-    state = KernelState(setup, timeline_points)
+    state = new_state(setup, timeline_points)
     for chunk in prepared_chunks(workload, setup):
         state.load(chunk)
         state.run(final=False, progress=progress)

@@ -1834,8 +1834,7 @@ G_MAX_RUNNING = 2
 G_CHUNK = 3      # chunked_prefill_size (0: no chunking)
 G_MAX_PREFILL = 4
 G_H = 5          # tokens per trie node (the hash block)
-G_NUM_REQS = 6
-NUM_G = 7
+NUM_G = 6
 
 F_INIT = 0
 F_MIN = 1
@@ -2408,12 +2407,17 @@ def sg_decode_step(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, order, timeline,
 @njit(cache=True)
 def sg_run(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, bt, bn, order, timeline, acc, max_events):
     """Simulate SGLang's scheduler until done (0), for max_events iterations (2), until the clock
-    passes CLOCK_LIMIT (3), or until requests wait that the pool can never hold (4)."""
-    nreq = gcfg[G_NUM_REQS]
+    passes CLOCK_LIMIT (3), or until requests wait that the pool can never hold (4). Before the
+    last request is loaded (st[ALL_LOADED] 0) it stops (1) once the clock reaches the last loaded
+    arrival or st[HORIZON], whichever is later, as `run` does: a caller loads what arrives next
+    and calls again, and the run goes on as if everything had been loaded at once."""
+    nreq = st[LOADED]
     for _ in range(max_events):
         t = st[NOW]
         if t > CLOCK_LIMIT:
             return 3
+        if st[ALL_LOADED] == 0 and t >= max(sr[nreq - 1, S_ARRIVAL], st[HORIZON]):
+            return 1
         while st[NEXT_FRESH] < nreq and sr[st[NEXT_FRESH], S_ARRIVAL] <= t:
             wq[gst[GS_WLEN]] = st[NEXT_FRESH]
             gst[GS_WLEN] += 1

@@ -500,7 +500,7 @@ def sglang_reference(workload: Workload, allocator: AllocatorSpec,
 
 def simulate_sglang_reference(workload: Workload, allocator: AllocatorSpec, *, record_requests: bool = False,
                               timeline_points: int = TIMELINE_POINTS) -> ServeResult:
-    """Run the reference: the same result as kvplan/sim/sglang.simulate_sglang."""
+    """Run the reference: the same result as the kernel's (kvplan/sim/sglang_state.py)."""
     sim, clipped, delayed = sglang_reference(workload, allocator, timeline_points)
     sim.run()
     raw = sim.raw(clipped)

@@ -173,8 +173,8 @@ def workload_schema() -> dict:
                                ("method",),
                                "experiment serve: speculative decoding as vLLM's --speculative-config runs it, "
                                "with the acceptance rate of each draft position"),
-        "engine": {"enum": list(S.ENGINES), "description": "experiment serve: whose scheduler runs the requests "
-                                                          "(kvplan/sim/sglang.py for sglang)"},
+        "engine": {"enum": list(S.ENGINES), "description": "experiments serve and fleet: whose scheduler runs the "
+                                                          "requests (kvplan/sim/sglang.py for sglang)"},
         "sglang": _closed({"schedule_policy": {"enum": list(S.SCHEDULE_POLICIES)},
                            "schedule_conservativeness": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
                            "chunked_prefill_size": {"type": "integer", "minimum": -1, "not": {"const": 0}},

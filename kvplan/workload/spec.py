@@ -655,7 +655,7 @@ class WorkloadSpec:
                                     "and parallel:")
 
     def _check_engine(self) -> None:
-        """SGLang's scheduler (kvplan/sim/sglang.py) runs serve experiments on its token pool, with
+        """SGLang's scheduler (kvplan/sim/sglang.py) runs serve and fleet experiments on its token pool, with
         RadixAttention and retraction; what it does not model is refused naming the key."""
         check_choice(self.engine, ENGINES, "engine")
         if self.sglang is not None and not isinstance(self.sglang, SglangSpec):
@@ -667,8 +667,11 @@ class WorkloadSpec:
                 raise _fail("pool.mem_fraction_static", "sizes SGLang's start-up pool (engine: sglang); for vLLM "
                                                         "give pool.gpu_memory_utilization")
             return
-        if self.experiment != "serve":
-            raise _fail("engine", f"sglang runs serve experiments only, and this is experiment: {self.experiment}")
+        if self.experiment not in ("serve", "fleet"):
+            raise _fail("engine", f"sglang runs serve and fleet experiments, and this is experiment: {self.experiment}")
+        if self.fleet is not None and self.fleet.disaggregated:
+            raise _fail("engine", "a disaggregated fleet's prefill and decode replicas run vLLM's scheduler and its "
+                                  "KV connector; SGLang's disaggregation is not modelled: expected engine: vllm")
         if self.offload is not None:
             raise _fail("offload", "a CPU tier is vLLM's offloading connector; engine: sglang runs without one")
         if self.speculative is not None:
