@@ -6,7 +6,6 @@ done at once, and what the routers read of a replica is what SGLang reports."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from kvplan.sim.metrics import build_result
 from kvplan.sim.sglang_state import SglangState
 from kvplan.workload.records import SglangConfig
 from kvplan.workload.routing import ROUTER_NAMES as ROUTERS
-from tests.test_fleet import replica_rows, serve_of
+from tests.test_fleet import replica_rows, serve_of, split_serve_runs
 from tests.test_sim_engine import as_json
 from tests.test_sim_sglang import SPEC, hand_workload, random_sglang_workload
 from tests.test_sim_sglang_speculative import with_speculation
@@ -32,12 +31,11 @@ PREFIXED = ("  count: 900\n  prompt: {dist: uniform, low: 200, high: 1600}\n  ou
 PREFIX = "prefix: {system_prompts: 8, system_prompt_len: 1536, hash_block_size: 16}\n"
 
 
-def sglang_fleet(tmp_path, replicas: str = "  - {count: 1}\n", router: str = "round_robin", extra: str = "",
-                 requests: str = PREFIXED):
+def sglang_fleet(tmp_path, replicas: str = "  - {count: 1}\n", router: str = "round_robin"):
     path = tmp_path / "fleet.yaml"
     path.write_text(f"name: fleet\nexperiment: fleet\nengine: sglang\nmodel: {MODEL}\ngpu: L40S\n"
-                    f"pool: {{kv_memory: 2GiB}}\nscheduler: {{max_model_len: 8192}}\nrequests:\n{requests}"
-                    f"replicas:\n{replicas}router: {router}\n{PREFIX}{extra}")
+                    f"pool: {{kv_memory: 2GiB}}\nscheduler: {{max_model_len: 8192}}\nrequests:\n{PREFIXED}"
+                    f"replicas:\n{replicas}router: {router}\n{PREFIX}")
     return path
 
 
@@ -56,18 +54,10 @@ def test_a_fleet_of_one_sglang_server_is_its_serve_run_to_the_byte(tmp_path, rou
 
 def test_round_robin_over_sglang_servers_is_n_serve_runs_of_the_split_streams(tmp_path):
     n = 3
-    path = sglang_fleet(tmp_path, replicas=f"  - {{count: {n}}}\n", extra="")
+    path = sglang_fleet(tmp_path, replicas=f"  - {{count: {n}}}\n")
     path.write_text(path.read_text().replace(PREFIX, ""))  # plain prompts: each replica's split is its own stream
-    fleet = replica_rows(simulate_fleet(load(path)))
-    wl = serve_of(path)
-    chunks = list(wl.make_requests())
-    arrival = np.concatenate([c.arrival for c in chunks])
-    prompt = np.concatenate([c.prompt_len for c in chunks])
-    output = np.concatenate([c.output_len for c in chunks])
-    for r in range(n):
-        part = replace(chunks[0], arrival=arrival[r::n], prompt_len=prompt[r::n], output_len=output[r::n], cut=None)
-        own = replace(wl, make_requests=lambda part=part: iter([part]), num_requests=len(part.arrival))
-        assert fleet[r] == simulate(own, own.allocators[0]).to_dict()
+    assert serve_of(path).sglang is not None
+    assert replica_rows(simulate_fleet(load(path))) == split_serve_runs(path, n)
 
 
 def run_in_pieces(wl, points: int, rng) -> dict:

@@ -5,7 +5,7 @@ kernel: the engine's compiled core, numba: vLLM's scheduler step and closed-form
   SGLang's scheduler (sg_*).
 sglang, sglang_state, sglang_reference: SGLang's rules, its state in the kernel (fed chunk by
   chunk like engine.KernelState, new_state picks one), and the reference that defines them.
-columns: what both engines' states share.
+state: what both engines' states share (EngineState).
 reference: the plain step-by-step engine whose docstring defines every rule; the tests require
   the fast engine to equal it to the byte.
 inputs: the setup both engines share (requests, reservations, the step clock).

@@ -21,7 +21,7 @@ import numpy as np
 
 from kvplan.errors import WorkloadError
 from kvplan.sim import kernel as K
-from kvplan.sim.columns import EVENTS_PER_CALL, RequestColumns, grown
+from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown
 from kvplan.sim.inputs import PreparedChunk, SimSetup, make_setup, prepared_chunks
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.sim.offload import OffloadStats, stalled
@@ -106,7 +106,7 @@ def _speculative_config(cfg: np.ndarray, sp) -> np.ndarray:
     return out
 
 
-class KernelState:
+class KernelState(EngineState):
     """One serve engine's state: the arrays the kernel works on, the loading of request chunks
     into them, and what a caller may ask of a run in progress (`advance`, `outstanding`,
     `blocks_in_use`, `busy_ticks`, `columns`). Callers outside kvplan/sim/ use these and never the
@@ -151,26 +151,6 @@ class KernelState:
         self.sent: list[np.ndarray] = []  # client send ticks, when the API server delays requests
 
     @property
-    def loaded(self) -> int:
-        """Requests loaded so far."""
-        return int(self.st[K.LOADED])
-
-    @property
-    def now(self) -> int:
-        """The engine's clock, in ticks."""
-        return int(self.st[K.NOW])
-
-    @property
-    def origin(self) -> int:
-        """The tick of the first arrival."""
-        return int(self.st[K.ORIGIN])
-
-    @property
-    def outstanding(self) -> int:
-        """Requests loaded and not finished."""
-        return self.loaded - int(self.st[K.DONE])
-
-    @property
     def waiting(self) -> int:
         """Requests loaded and neither running nor finished (vLLM's num_requests_waiting)."""
         return self.outstanding - int(self.st[K.NUM_RUNNING])
@@ -189,26 +169,10 @@ class KernelState:
         """KV blocks held by requests or by the prefix cache's unfreed entries (0 unpaged)."""
         return self.setup.num_blocks - int(self.st[K.FREE_BLOCKS]) if self.setup.paged else 0
 
-    @property
-    def peak_running(self) -> int:
-        """The most requests that ran in one step so far."""
-        return int(self.st[K.PEAK_RUNNING])
-
-    def busy_ticks(self) -> int:
-        """Ticks from the first arrival to now less those with nothing running or waiting."""
-        return int(self.st[K.NOW] - self.st[K.ORIGIN] - self.st[K.IDLE]) if self.loaded else 0
-
     def columns(self) -> RequestColumns:
         """The loaded requests' arrival, first-token and finish ticks and output lengths."""
         req = self.req[:self.loaded]
         return RequestColumns(req[:, K.ARRIVAL], req[:, K.FIRST_TOKEN_AT], req[:, K.FINISHED_AT], req[:, K.OUTPUT])
-
-    def advance(self, horizon: int | None) -> None:
-        """Simulate up to tick `horizon` (nothing arrives before it that is not loaded), or, with
-        None, every loaded request to its end."""
-        if self.loaded:
-            self.st[K.HORIZON] = 0 if horizon is None else horizon
-            self.run(final=horizon is None)
 
     def load(self, chunk: PreparedChunk) -> None:
         """Append a chunk's requests (growing the table by doubling)."""
@@ -226,14 +190,7 @@ class KernelState:
         rows[:, K.READY_AT] = -1
         if chunk.preload is not None:
             rows[:, K.PRELOAD] = chunk.preload
-        if chunk.ids is not None:
-            self._load_ids(rows, chunk.ids)
-        if n == 0:
-            self.st[K.NOW] = self.st[K.ORIGIN] = chunk.arrival[0]
-        self.st[K.LOADED] = n + m
-        self.clipped += chunk.clipped
-        if chunk.sent is not None:
-            self.sent.append(chunk.sent)
+        self._took(chunk, rows, n)
 
     def _load_ids(self, rows: np.ndarray, ids) -> None:
         """Append a chunk's block identities to px (each array grown by doubling)."""
@@ -265,31 +222,15 @@ class KernelState:
         cx = (self.cpu_slot, self.cpu, self.loading) if self.setup.offload is not None else None
         return self.cfg, self.st, self.req, px, cx, queues, self.timeline, self.acc
 
-    def run(self, final: bool, progress: Callable[[int, int], None] | None = None) -> None:
-        """Simulate as far as the loaded requests allow (to the end when `final`)."""
-        if self.loaded == 0:
-            return
-        self.st[K.ALL_LOADED] = int(final)
-        while True:
-            code = K.run(*self.kernel_args(), EVENTS_PER_CALL)
-            if progress is not None:
-                progress(int(self.st[K.DONE]), self.loaded)
-            if code == 3:
-                raise WorkloadError("the simulated time passed 2^62 ticks (53 days at the picosecond "
-                                    "ticks of a timed run): arrivals or steps too far apart", field="timing")
-            if code == 4:
-                raise stalled()
-            if code != 2:
-                return
+    def _kernel(self) -> int:
+        return K.run(*self.kernel_args(), EVENTS_PER_CALL)
+
+    def _stalled(self) -> WorkloadError:
+        return stalled()
 
     def raw(self) -> RawRun:
-        n = self.loaded
-        req, st = self.req[:n], self.st
-        if n and int(st[K.DONE]) != n:
-            left = n - int(st[K.DONE])
-            raise AssertionError(f"the simulation ended with {left} requests unfinished")
-        sums = [sum(int(limb) << (31 * i) for i, limb in enumerate(self.acc[row]))
-                for row in range(K.NUM_INTEGRALS)]
+        sums = self._integrals()
+        req, st = self.req[:self.loaded], self.st
         integrals = dict(zip(INTEGRALS, sums))
         for name in ("tokens", "allocated"):  # a block shared during a jump counts once
             integrals[name] -= sums[K.ACC_SHARED]
@@ -332,7 +273,7 @@ def simulate(workload: Workload, allocator: AllocatorSpec, *,
              progress: Callable[[int, int], None] | None = None,
              record_requests: bool = False,
              timeline_points: int = TIMELINE_POINTS, setup: SimSetup | None = None,
-             stop: Callable[["KernelState"], bool] | None = None) -> ServeResult | None:
+             stop: Callable[[EngineState], bool] | None = None) -> ServeResult | None:
     """Replay the workload's requests through one allocator, as a continuous-batching server would.
 
     `progress(completed, loaded)` is called now and then. `record_requests` keeps per-request

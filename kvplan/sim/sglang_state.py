@@ -15,21 +15,20 @@ and not running (the waiting queue, a retracted one among them)."""
 
 from __future__ import annotations
 
-from typing import Callable
 
 import numpy as np
 
 from kvplan.errors import WorkloadError
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.sim import kernel as K
-from kvplan.sim.columns import EVENTS_PER_CALL, RequestColumns, grown
+from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown
 from kvplan.sim.inputs import PreparedChunk, SimSetup
 from kvplan.sim.metrics import INTEGRALS, RawRun
 from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
 from kvplan.sim.sglang import new_token_ratios, stalled_sglang
 
 
-class SglangState:
+class SglangState(EngineState):
     """SGLang's scheduler over the requests loaded so far (see the module docstring)."""
 
     def __init__(self, setup: SimSetup, cfg: np.ndarray, timeline_points: int = TIMELINE_POINTS):
@@ -72,23 +71,6 @@ class SglangState:
         return nd
 
     @property
-    def loaded(self) -> int:
-        return int(self.st[K.LOADED])
-
-    @property
-    def now(self) -> int:
-        return int(self.st[K.NOW])
-
-    @property
-    def origin(self) -> int:
-        return int(self.st[K.ORIGIN])
-
-    @property
-    def outstanding(self) -> int:
-        """Requests loaded and not finished."""
-        return self.loaded - int(self.st[K.DONE])
-
-    @property
     def waiting(self) -> int:
         """Requests loaded and neither running nor finished: the waiting queue (SGLang's
         num_queue_reqs), a request between its prefill chunks, and those not yet taken in."""
@@ -103,14 +85,6 @@ class SglangState:
     def holds_node(self, node: int, per: int) -> bool:
         """Whether the radix tree holds trie node `node` (every one of its tokens)."""
         return node < len(self.nd) and self.nd[node, K.N_CACHED] != 0
-
-    @property
-    def peak_running(self) -> int:
-        return int(self.st[K.PEAK_RUNNING])
-
-    def busy_ticks(self) -> int:
-        """Ticks from the first arrival to now less those with nothing running or waiting."""
-        return int(self.st[K.NOW] - self.st[K.ORIGIN] - self.st[K.IDLE]) if self.loaded else 0
 
     def columns(self) -> RequestColumns:
         sr = self.sr[:self.loaded]
@@ -130,14 +104,7 @@ class SglangState:
         rows[:, K.S_ARRIVAL], rows[:, K.S_PROMPT], rows[:, K.S_OUTPUT] = chunk.arrival, chunk.prompt, chunk.output
         rows[:, K.S_TARGET] = chunk.prompt
         rows[:, K.S_ADMITTED:K.S_FINISH + 1] = -1
-        if chunk.ids is not None:
-            self._load_ids(rows, chunk.ids)
-        if n == 0:
-            self.st[K.NOW] = self.st[K.ORIGIN] = chunk.arrival[0]
-        self.st[K.LOADED] = n + m
-        self.clipped += chunk.clipped
-        if chunk.sent is not None:
-            self.sent.append(chunk.sent)
+        self._took(chunk, rows, n)
 
     def _load_ids(self, rows: np.ndarray, ids) -> None:
         """Append a chunk's identity blocks; a trie node seen for the first time gets its row of
@@ -164,38 +131,16 @@ class SglangState:
             inner = np.flatnonzero(~first)
             self.nd[nodes[inner], K.N_PARENT] = nodes[inner - 1]  # a node's parent never changes
 
-    def advance(self, horizon: int | None) -> None:
-        """Simulate up to tick `horizon` (nothing arrives before it that is not loaded), or, with
-        None, every loaded request to its end."""
-        if self.loaded:
-            self.st[K.HORIZON] = 0 if horizon is None else horizon
-            self.run(final=horizon is None)
+    def _kernel(self) -> int:
+        return K.sg_run(self.cfg, self.gcfg, self.st, self.gst, self.gf, self.sr, self.ids, self.nd, self.wq,
+                        self.rq, self.bt, self.bn, self.order, self.timeline, self.acc, EVENTS_PER_CALL)
 
-    def run(self, final: bool, progress: Callable[[int, int], None] | None = None,
-            events_per_call: int = EVENTS_PER_CALL) -> None:
-        """Simulate as far as the loaded requests allow (to the end when `final`)."""
-        if self.loaded == 0:
-            return
-        self.st[K.ALL_LOADED] = int(final)
-        while True:
-            code = K.sg_run(self.cfg, self.gcfg, self.st, self.gst, self.gf, self.sr, self.ids, self.nd, self.wq,
-                            self.rq, self.bt, self.bn, self.order, self.timeline, self.acc, events_per_call)
-            if progress is not None:
-                progress(int(self.st[K.DONE]), self.loaded)
-            if code == 3:
-                raise WorkloadError("the simulated time passed 2^62 ticks (53 days at the picosecond ticks of a "
-                                    "timed run): arrivals or steps too far apart", field="timing")
-            if code == 4:
-                raise stalled_sglang()
-            if code != 2:
-                return
+    def _stalled(self) -> WorkloadError:
+        return stalled_sglang()
 
     def raw(self) -> RawRun:
-        n, st = self.loaded, self.st
-        if n and int(st[K.DONE]) != n:
-            raise AssertionError(f"the simulation ended with {n - int(st[K.DONE])} requests unfinished")
-        sums = [sum(int(limb) << (31 * i) for i, limb in enumerate(self.acc[row])) for row in range(K.NUM_INTEGRALS)]
-        sr, radix = self.sr[:n], bool(self.gcfg[K.G_RADIX])
+        sums, st = self._integrals(), self.st
+        sr, radix = self.sr[:self.loaded], bool(self.gcfg[K.G_RADIX])
 
         def col(field):
             return sr[:, field].copy()
