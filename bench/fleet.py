@@ -8,7 +8,10 @@ the replicas refresh their view every 0.1 s of arrival time (11,000 refreshes of
 With --prefix, the prompts open with one of 64 shared 512-token system prompts (hash ids per 16
 tokens), so the prefix-aware routers index and match every prompt's blocks.
 
-Run: python bench/fleet.py [--quick] [--prefix] [--router NAME]   (--quick: 100,000 requests)
+With --engine sglang every replica is an SGLang server (its start-up pool, mem_fraction_static
+default; SGLang's scheduler steps one iteration at a time, with no closed-form jumps).
+
+Run: python bench/fleet.py [--quick] [--prefix] [--router NAME] [--engine sglang]   (--quick: 100,000 requests)
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ def main() -> None:
         for router in routers:
             path = Path(tmp) / f"{router}.yaml"
             text = FLEET.format(count=count, router=router)
+            if "--engine" in sys.argv and sys.argv[sys.argv.index("--engine") + 1] == "sglang":
+                text = text.replace("pool: {gpu_memory_utilization: 0.92}", "engine: sglang\npool: {mem_fraction_static: default}")
             if "--prefix" in sys.argv:
                 text += "prefix: {system_prompts: 64, system_prompt_len: 512, hash_block_size: 16}\n"
             path.write_text(text)

@@ -8,10 +8,11 @@ at the rate the row serves, on a sample of its own (FLEET_SEED), behind each rou
 replicas, N from the estimate up (in whole instances), until the fleet meets the targets (p99s,
 or a goodput: the share of the fleet's requests within every limit at once); with a
 fixed limit (--gpus, --budget) the row's replicas are all there is, and the check passes or the
-row is out. An SGLang configuration's fleet is of SGLang's replicas (kvplan/sim/sglang_state.py). With
-`--disaggregate`, fewer GPUs of a vLLM configuration are also tried as P prefill + (N - P) decode replicas of that configuration over a link of that bandwidth:
-the smallest N below the colocated count by bisection (assuming more GPUs never serve worse),
-each N split at a prefill share of 1/4, 1/3, 1/2 and 2/3. The cheapest fleet that meets the
+row is out. An SGLang configuration's fleet is of SGLang's replicas (kvplan/sim/sglang_state.py).
+With `--disaggregate`, fewer GPUs of a vLLM configuration are also tried as P prefill + (N - P)
+decode replicas of that configuration over a link of that bandwidth: the smallest N below the
+colocated count by bisection (assuming more GPUs never serve worse), each N split at a prefill
+share of 1/4, 1/3, 1/2 and 2/3. The cheapest fleet that meets the
 targets is the row's (ties: the colocated one, then the routers' order). Every fleet serves count x (estimate) requests, the same
 ones for every N. The checks of different configurations run in parallel like the search.
 """

@@ -259,7 +259,7 @@ class KernelState(EngineState):
         )  # fmt: skip
 
 
-def new_state(setup: SimSetup, timeline_points: int = TIMELINE_POINTS) -> "KernelState | SglangState":
+def new_state(setup: SimSetup, timeline_points: int = TIMELINE_POINTS) -> EngineState:
     """The engine's state for a setup: SGLang's scheduler (sglang_state.py) when it has one, else
     vLLM's (KernelState); both load chunks and run alike."""
     if setup.sglang is not None:

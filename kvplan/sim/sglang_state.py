@@ -15,7 +15,6 @@ and not running (the waiting queue, a retracted one among them)."""
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from kvplan.errors import WorkloadError
