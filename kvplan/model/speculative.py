@@ -66,6 +66,7 @@ from kvplan.errors import UsageError
 
 METHODS = ("eagle", "eagle3", "mtp", "ngram")
 SGLANG_METHODS = ("eagle", "eagle3", "mtp")  # SGLang's EAGLE worker (NEXTN is its EAGLE); its n-gram one is not modelled
+MAX_SPECULATIVE_TOKENS = 32  # more drafts than any published setting (vLLM's examples use 1-8)
 
 
 def sglang_refusal(engine: str) -> str:
@@ -73,7 +74,7 @@ def sglang_refusal(engine: str) -> str:
     (`engine: sglang` in a file, `--engine sglang` on the command line)."""
     return (f"SGLang's n-gram speculation (a draft tree of its own) is not modelled; {engine} takes "
             f"{', '.join(SGLANG_METHODS[:-1])} or {SGLANG_METHODS[-1]}")
-MAX_SPECULATIVE_TOKENS = 32  # more drafts than any published setting (vLLM's examples use 1-8)
+
 
 # The conditional acceptance r of each method (a draft is accepted with probability r given the
 # one before it was), so position i's rate is r^(i+1). Each r is solved from a published mean:
