@@ -334,3 +334,47 @@ def test_vllm_dp_sends_an_idle_fleets_requests_to_the_first_rank(tmp_path):
 
     assert routed(0.05, 20) == [30, 0, 0, 0]
     assert min(routed(1.0, 200)) > 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_prefix_aware_picks_the_cheapest_by_dynamos_cost_as_written(seed):
+    """The router finds Dynamo's cheapest replica without computing every replica's cost; each
+    pick must still be the definition's: of the costs w x max(p - depth x 16, 0) + held, depth
+    the leading blocks of the prompt sent to the replica before (counted here from a plain set of
+    the prefixes it was sent) and held its KV tokens plus the prompts sent since the refresh, the
+    least, ties broken by the same uniform draw over the tied replicas in index order."""
+    import numpy as np
+
+    from kvplan.fleet.routers import make_router
+    from kvplan.workload.chunks import RequestChunk
+    from kvplan.workload.routing import RouterSpec
+
+    rng = np.random.default_rng(seed)
+    n, size, count = int(rng.integers(2, 9)), 16, 300
+    w = float(rng.choice([0.0, 0.5, 1.0, 3.0]))
+    used = rng.integers(0, 3, size=n) * 4  # few distinct loads, so ties are common
+    reps = [_replica(n_blocks=10**6, used=int(u)) for u in used]
+    heads = [list(rng.integers(0, 1000, size=8)) for _ in range(5)]  # shared leading blocks
+    ids, prompts = [], []
+    for _ in range(count):
+        head = heads[int(rng.integers(0, 5))][:int(rng.integers(0, 9))]
+        tail = list(rng.integers(1000, 2000, size=int(rng.integers(0, 4))))
+        ids.append(head + tail)
+        prompts.append(16 * len(ids[-1]) + int(rng.integers(0, 16)) if ids[-1] else int(rng.integers(1, 16)))
+    chunk = RequestChunk(np.zeros(count), np.array(prompts), np.full(count, 10), hash_ids=ids, hash_block_size=size)
+    router = make_router(RouterSpec("prefix_aware", overlap_weight=w), reps, seed)
+    router.sync()
+    got = router.assign(chunk).tolist()
+
+    draws = np.random.default_rng([seed, 0x71E5]).random(count).tolist()  # the router's tie draws
+    held = [int(u) * 16 for u in used]
+    sent = [set() for _ in range(n)]
+    for i, (prompt, blocks) in enumerate(zip(prompts, ids)):
+        blocks = blocks[:prompt // size]
+        depth = [max([k for k in range(len(blocks) + 1) if tuple(blocks[:k]) in sent[r]], default=0) for r in range(n)]
+        costs = [w * max(prompt - d * size, 0) + h for d, h in zip(depth, held)]
+        tied = [r for r, c in enumerate(costs) if c == min(costs)]
+        want = tied[int(draws[i] * len(tied))] if len(tied) > 1 else tied[0]
+        assert got[i] == want, (i, costs)
+        held[want] += prompt
+        sent[want].update(tuple(blocks[:k]) for k in range(1, len(blocks) + 1))

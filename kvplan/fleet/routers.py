@@ -139,11 +139,13 @@ class SentIndex:
             out.append(key)
         return out
 
-    def depths(self, keys: list[int], n: int) -> list[int]:
-        """Per replica, how many leading blocks of `keys` it was sent (Dynamo's overlap)."""
-        depth, live = [0] * n, (1 << n) - 1
-        for d, k in enumerate(keys):
-            nxt = live & self.holders.get(k, 0)
+    def depths(self, keys: list[int]) -> dict[int, int]:
+        """Dynamo's overlap: the replicas sent at least the first block of `keys`, each with how
+        many leading blocks of them it was sent (every other replica: none)."""
+        depth: dict[int, int] = {}
+        live = self.holders.get(keys[0], 0) if keys else 0
+        for d in range(1, len(keys)):
+            nxt = live & self.holders.get(keys[d], 0)
             gone = live & ~nxt
             while gone:
                 bit = gone & -gone
@@ -222,7 +224,13 @@ def _min_max_of_holders(hits: list[int]) -> list[float]:
 
 def _pick(values: list, target, draw: float) -> int:
     """The replica whose value is `target`; among several, the one a uniform `draw` picks."""
-    tied = [r for r, v in enumerate(values) if v == target]
+    if values.count(target) == 1:  # the usual case, without a scan in Python
+        return values.index(target)
+    return _drawn([r for r, v in enumerate(values) if v == target], draw)
+
+
+def _drawn(tied: list[int], draw: float) -> int:
+    """Of the tied replicas (in index order), the one a uniform `draw` picks."""
     return tied[0] if len(tied) == 1 else tied[int(draw * len(tied))]
 
 
@@ -243,15 +251,24 @@ class PrefixAware(Router):
         self.held = [r.blocks_used * r.setup.block_size for r in self.replicas]
 
     def assign(self, chunk) -> np.ndarray:
-        held, n, w = self.held, self.n, self.spec.overlap_weight
+        held, w = self.held, self.spec.overlap_weight
         out = np.empty(len(chunk), dtype=np.int64)
         size = chunk.hash_block_size
         draws = self.tie.random(len(chunk)).tolist()
         for i, p in enumerate(chunk.prompt_len.tolist()):
             keys = self.index.keys(chunk.hash_ids[i], p // max(size, 1)) if chunk.hash_ids is not None else []
-            depth = self.index.depths(keys, n) if keys else [0] * n
-            costs = [w * max(p - d * size, 0) + h for d, h in zip(depth, held)]
-            best = _pick(costs, min(costs), draws[i])
+            # A replica's cost is w x max(p - depth x size, 0) + held. One sent none of the prompt
+            # costs w x p + held, and one sent part of it no more at the same held (w >= 0). So the
+            # cheapest cost is w x p + the least held of all, or less at a replica sent part of the
+            # prompt; the other replicas' costs are needed only for ties.
+            deep = {r: w * max(p - d * size, 0) + held[r] for r, d in self.index.depths(keys).items()}
+            base = w * p
+            least = base + min(held)
+            target = min(least, *deep.values()) if deep else least
+            tied = sorted(r for r, c in deep.items() if c == target)
+            if target == least:
+                tied = sorted(tied + [r for r, h in enumerate(held) if r not in deep and base + h == target])
+            best = _drawn(tied, draws[i])
             out[i] = best
             held[best] += p
             if keys:
@@ -355,7 +372,7 @@ class Sglang(Router):
         self.load = [r.outstanding for r in self.replicas]
 
     def assign(self, chunk) -> np.ndarray:
-        spec, load, n = self.spec, self.load, self.n
+        spec, load = self.spec, self.load
         out = np.empty(len(chunk), dtype=np.int64)
         size = chunk.hash_block_size
         draws = self.tie.random(len(chunk)).tolist()
@@ -366,10 +383,11 @@ class Sglang(Router):
             low, high = min(load), max(load)
             best = None
             if not (high - low > spec.balance_abs_threshold and high > spec.balance_rel_threshold * low) and keys:
-                depth = self.index.depths(keys, n)
-                top = max(depth)
+                depth = self.index.depths(keys)
+                top = max(depth.values(), default=0)
                 if top * size > spec.cache_threshold * p:
-                    best = _pick(depth, top, matches[i])
+                    tied = sorted(r for r, d in depth.items() if d == top)
+                    best = _drawn(tied, matches[i])
             if best is None:
                 best = _pick(load, low, draws[i])
             out[i] = best

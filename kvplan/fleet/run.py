@@ -176,13 +176,14 @@ class Replica:
         self.routed = 0
         self.gids: list[np.ndarray] = []  # the fleet's numbers of the requests it was sent, in order
 
-    def send(self, chunk: RequestChunk, idx: np.ndarray, converted, gids: np.ndarray) -> None:
-        """The requests at `idx` of `chunk`, whose group converted it already (ChunkPreparer)."""
-        ticks, p, o, changed = (x[idx] for x in converted)
+    def send(self, chunk: RequestChunk, idx: np.ndarray, parts: tuple, gids: np.ndarray) -> None:
+        """The requests at `idx` of `chunk`: `parts`, their arrival ticks, prompt and output lengths
+        and clipped flags as their group converted them (ChunkPreparer.convert), and `gids`, their
+        numbers in the fleet."""
         own = (self.preparer.trie is not None and chunk.hash_ids is not None) or chunk.preload is not None
-        self.state.load(self.preparer.prepare_parts(chunk.take(idx) if own else chunk, ticks, p, o, changed))
+        self.state.load(self.preparer.prepare_parts(chunk.take(idx) if own else chunk, *parts))
         self.routed += len(idx)
-        self.gids.append(gids[idx])
+        self.gids.append(gids)
 
     def advance(self, horizon: int, final: bool = False) -> None:
         """Simulate up to `horizon` ticks (it has nothing arriving before then), or to the end."""
@@ -222,14 +223,15 @@ def _split(chunk: RequestChunk, gids: np.ndarray, choice: np.ndarray, replicas: 
     (`choice`), in arrival order."""
     order = np.argsort(choice, kind="stable")  # stable: each replica's share stays in arrival order
     bounds = np.searchsorted(choice[order], np.arange(len(replicas) + 1))
-    converted: dict[int, tuple] = {}  # per group, converted once
+    gids = gids[order]
+    converted: dict[int, tuple] = {}  # per group, converted once, in `order` (each share a slice of it)
     for r, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
         if b > a:
             replica = replicas[r]
             key = id(replica.group)
             if key not in converted:
-                converted[key] = replica.preparer.convert(chunk)
-            replica.send(chunk, order[a:b], converted[key], gids)
+                converted[key] = tuple(x[order] for x in replica.preparer.convert(chunk))
+            replica.send(chunk, order[a:b], tuple(x[a:b] for x in converted[key]), gids[a:b])
 
 
 @dataclass(frozen=True)
