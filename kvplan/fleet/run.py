@@ -50,7 +50,7 @@ from kvplan.workload.distributions import Fixed, Lengths
 from kvplan.workload.records import Workload
 from kvplan.workload.chunks import RequestChunk
 from kvplan.workload.routing import RouterSpec
-from kvplan.workload.spec import SyntheticRequests, Transfer
+from kvplan.workload.spec import SGLANG_DISAGGREGATED, SyntheticRequests, Transfer
 
 @dataclass(frozen=True)
 class Group:
@@ -302,9 +302,7 @@ def run_fleet(groups: list[Group], spec: RouterSpec, chunks, seed: int = 0, *, t
     replicas: list[Replica] = []
     for g in groups:
         if g.workload.sglang is not None and g.role != "both":
-            raise WorkloadError(f"group {g.name!r}: a disaggregated fleet's prefill and decode replicas run vLLM's "
-                                "scheduler and its KV connector; SGLang's disaggregation is not modelled, expected "
-                                "engine: vllm there", field="engine")
+            raise WorkloadError(f"group {g.name!r}: {SGLANG_DISAGGREGATED}, expected engine: vllm there", field="engine")
         setup = make_setup(g.workload, g.workload.allocators[0])
         replicas += [Replica(len(replicas) + k, g, setup) for k in range(g.count)]
     if any(g.role != "both" for g in groups):

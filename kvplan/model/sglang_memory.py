@@ -150,6 +150,14 @@ def release_rules(release: str) -> ReleaseRules:
     return ReleaseRules(str(release).strip(), era, 1 if era == "0.4" else 0)
 
 
+def draft_tokens(steps: int) -> int:
+    """The tokens a request of SGLang's EAGLE worker (topk 1, `steps` = speculative_num_steps) has
+    allocated at once in a decode step: topk x num_steps + num_draft_tokens = 2 x steps + 1
+    (scheduler.py decode_mem_cache_buf_multiplier, which check_decode_mem asks per request, and
+    init_memory_pool's draft_runner_cache_size per request: rule 4)."""
+    return 2 * steps + 1
+
+
 def batch_defaults(gpu_mem_mib: float, tp: int, era: str) -> tuple[int, int]:
     """(chunked_prefill_size, cuda_graph_max_bs) SGLang sets for a GPU of `gpu_mem_mib` MiB."""
     if era == "0.4":
@@ -310,7 +318,7 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
     if speculative_steps and tokens > 0:  # rule 4: the request rows stay those of the profiled pool
         given = SPECULATIVE_MAX_RUNNING if max_running_requests is None else max_running_requests
         running = min(given, estimated + rules.req_pool_extra)
-        tokens += estimated * (2 * speculative_steps + 1) + SPECULATIVE_POOL_BUFFER
+        tokens += estimated * draft_tokens(speculative_steps) + SPECULATIVE_POOL_BUFFER
     else:
         running = max_running(tokens, context_len, rules.req_pool_extra, max_running_requests)
     reason = None

@@ -92,8 +92,10 @@ def step_of(model: str, *, gpu: str = "H100-80GB", tp: int = 1, batch: int = 64,
         report["speculative"] = _speculative(spec, layout, weights, gpu_spec, tp, enforce_eager, constants, overlap,
                                              sp, batch, context, serial_host=engine == "sglang")
         if engine == "sglang":  # SGLang allocates the drafts' slots within the step (kvplan/sim/sglang.py)
+            from kvplan.model.sglang_memory import draft_tokens
+
             report["speculative"]["lookahead_slots"] = 0
-            report["speculative"]["decode_buffer_tokens"] = 2 * sp.k + 1
+            report["speculative"]["decode_buffer_tokens"] = draft_tokens(sp.k)
     report["memory"] = (_sglang_memory(spec, started, batch, context) if started is not None
                         else _memory(spec, layout, weights, gpu_spec, tp, batch, context, chunk, enforce_eager))
     return report

@@ -190,10 +190,12 @@ def render_sglang(run) -> None:
     print_table(out, table)
     sp = run.speculative
     if sp is not None:
+        from kvplan.model.sglang_memory import SPECULATIVE_MAX_RUNNING
+
         k = sp["num_speculative_tokens"]
         out.print(f"Speculative decoding: {terminal(sp['method'])}, {k} draft step{'s' if k != 1 else ''} (topk 1, "
                   f"{sp['speculative_num_draft_tokens']} draft tokens): the pool holds SGLang's headroom for the drafts, "
-                  f"max_running_requests defaults to 48; the draft's own KV pool {_b(sp['draft_kv_pool_bytes'])} and "
+                  f"max_running_requests defaults to {SPECULATIVE_MAX_RUNNING}; the draft's own KV pool {_b(sp['draft_kv_pool_bytes'])} and "
                   f"weights {_b(sp['draft_weight_bytes'])} come out of the memory the fraction leaves")
     out.print(f"[dim]mem_fraction_static {m.mem_fraction_static}: {terminal(m.mem_fraction_reason)}[/dim]")
     if m.reason:

@@ -21,7 +21,7 @@ import numpy as np
 
 from kvplan.errors import WorkloadError
 from kvplan.sim import kernel as K
-from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown
+from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown, grown_rows
 from kvplan.sim.inputs import PreparedChunk, SimSetup, make_setup, prepared_chunks
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.sim.offload import OffloadStats, stalled
@@ -177,10 +177,7 @@ class KernelState(EngineState):
     def load(self, chunk: PreparedChunk) -> None:
         """Append a chunk's requests (growing the table by doubling)."""
         n, m = self.loaded, len(chunk)
-        if n + m > len(self.req):
-            grown = np.zeros((max(2 * len(self.req), n + m, 1024), K.NUM_COLUMNS), dtype=np.int64)
-            grown[:n] = self.req[:n]
-            self.req = grown
+        self.req = grown_rows(self.req, n + m)
         rows = self.req[n:n + m]
         rows[:] = 0
         rows[:, K.ARRIVAL], rows[:, K.PROMPT] = chunk.arrival, chunk.prompt

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvplan.memory.prefix_cache import PrefixCacheStats
+from kvplan.model.sglang_memory import draft_tokens
 from kvplan.model.step_time import prefill_pairs
 from kvplan.sim.inputs import SimSetup, make_setup, prepared_chunks
 from kvplan.sim.metrics import RawRun, ServeResult, build_result
@@ -58,7 +59,7 @@ class SglangReference:
         self.spec = setup.speculative
         # check_decode_mem's tokens per request: decode_mem_cache_buf_multiplier, with speculative
         # decoding (topk 1) num_draft_tokens + topk x num_steps = 2k + 1
-        self.buffer = 1 if self.spec is None else 2 * self.spec.k + 1
+        self.buffer = 1 if self.spec is None else draft_tokens(self.spec.k)
         self.max_running = g.max_running_requests
         self.chunk = g.chunked_prefill_size if g.chunked_prefill_size > 0 else None
         self.free = setup.slots

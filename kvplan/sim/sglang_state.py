@@ -20,7 +20,7 @@ import numpy as np
 from kvplan.errors import WorkloadError
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.sim import kernel as K
-from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown
+from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown, grown_rows
 from kvplan.sim.inputs import PreparedChunk, SimSetup
 from kvplan.sim.metrics import INTEGRALS, RawRun
 from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
@@ -92,12 +92,8 @@ class SglangState(EngineState):
     def load(self, chunk: PreparedChunk) -> None:
         """Append a chunk's requests (the tables grown by doubling)."""
         n, m = self.loaded, len(chunk)
-        if n + m > len(self.sr):
-            size = max(2 * len(self.sr), n + m, 1024)
-            table = np.zeros((size, K.NUM_S), dtype=np.int64)
-            table[:n] = self.sr[:n]
-            self.sr = table
-            self.wq = grown(self.wq, size, 0)
+        self.sr = grown_rows(self.sr, n + m)
+        self.wq = grown(self.wq, len(self.sr), 0)  # the waiting queue holds every request at most
         rows = self.sr[n:n + m]
         rows[:] = 0
         rows[:, K.S_ARRIVAL], rows[:, K.S_PROMPT], rows[:, K.S_OUTPUT] = chunk.arrival, chunk.prompt, chunk.output

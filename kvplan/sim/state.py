@@ -25,6 +25,16 @@ def grown(a: np.ndarray, size: int, fill: int) -> np.ndarray:
     return out
 
 
+def grown_rows(table: np.ndarray, rows: int) -> np.ndarray:
+    """`table` (rows of int64 columns) if it has `rows` rows, else a zeroed copy at least twice as
+    tall (1,024 rows at least) holding its rows."""
+    if rows <= len(table):
+        return table
+    out = np.zeros((max(2 * len(table), rows, 1024), table.shape[1]), dtype=np.int64)
+    out[:len(table)] = table
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class RequestColumns:
     """Per loaded request, views (not copies) of the engine's table, in ticks; -1: not yet."""

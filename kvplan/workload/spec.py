@@ -581,6 +581,11 @@ class SglangSpec:
 Locate = Callable[[str], "int | None"]  # a field's line in the file the spec was read from
 
 
+# Why an SGLang server cannot be a prefill or decode replica (the file's check and the fleet's own)
+SGLANG_DISAGGREGATED = ("a disaggregated fleet's prefill and decode replicas run vLLM's scheduler and its KV connector; "
+                        "SGLang's disaggregation is not modelled")
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     """A workload as declared: what is served, what arrives, what is compared, and how.
@@ -670,8 +675,7 @@ class WorkloadSpec:
         if self.experiment not in ("serve", "fleet"):
             raise _fail("engine", f"sglang runs serve and fleet experiments, and this is experiment: {self.experiment}")
         if self.fleet is not None and self.fleet.disaggregated:
-            raise _fail("engine", "a disaggregated fleet's prefill and decode replicas run vLLM's scheduler and its "
-                                  "KV connector; SGLang's disaggregation is not modelled: expected engine: vllm")
+            raise _fail("engine", f"{SGLANG_DISAGGREGATED}: expected engine: vllm")
         if self.offload is not None:
             raise _fail("offload", "a CPU tier is vLLM's offloading connector; engine: sglang runs without one")
         if self.speculative is not None:
