@@ -41,7 +41,7 @@ import numpy as np
 from kvplan.errors import KvplanError, WorkloadError
 from kvplan.fleet.routers import make_router
 from kvplan.sim.engine import new_state
-from kvplan.sim.inputs import ChunkPreparer, SimSetup, make_setup
+from kvplan.sim.inputs import ChunkPreparer, SimSetup, id_pieces, make_setup
 from kvplan.sim.timing import MAX_ARRIVAL_TICKS
 from kvplan.sim.metrics import ServeResult, Stats, build_result, client_frontend, latency_arrays
 from kvplan.sim.overload import Overload, overload_of
@@ -209,9 +209,9 @@ class Replica:
         if trie is None or not trie.hash_block_size:
             return 0
         per = trie.hash_block_size // self.setup.block_size
-        children, holds, parent, held = trie.children, self.state.holds_node, -1, 0
+        holds, parent, held = self.state.holds_node, -1, 0
         for h in ids:
-            node = children.get((parent, h))
+            node = trie.child(parent, h)
             if node is None or not holds(node, per):
                 break
             held, parent = held + 1, node
@@ -360,9 +360,14 @@ def _serve(replicas: list[Replica], router, chunks, total: int = 0, progress=Non
         gids = np.arange(done, done + n)
         if not router.looks:
             choice = router.assign(chunk)
-            _split(chunk if arrive is None else arrive(chunk, gids, choice), gids, choice, replicas)
-            for r in replicas:
-                r.advance(0)
+            routed = chunk if arrive is None else arrive(chunk, gids, choice)
+            # with prefix identities, in pieces each served as far as it goes before the next is
+            # sent (the replicas hold the identities of what they were sent and did not finish)
+            parts = id_pieces(routed) if routed.hash_ids is not None else [slice(0, n)]
+            for part in parts:
+                _split(routed if len(parts) == 1 else routed.take(part), gids[part], choice[part], replicas)
+                for r in replicas:
+                    r.advance(0)
         else:
             for a, b, window in router.windows(chunk):
                 horizon = int(round(float(window.arrival[0]) * per_unit))

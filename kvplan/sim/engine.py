@@ -6,10 +6,11 @@ events (an arrival that could be admitted, a finish, a block the pool cannot ser
 the running batch only decodes, and the compiled kernel (`kernel.py`) advances over all those
 steps in one closed-form jump. Requests are read lazily chunk by chunk; per request the engine
 keeps one row of 21 int64 (168 bytes, named in kernel.py), and the running batch is a small array of
-request ids. With prefix caching, the block identities of the loaded prompts (one trie node per
-trace hash block, `prefix_ids.py`) and the cached entries live in the four arrays of `px`; a CPU
-tier (`offload.py`) keeps three in `cx`: the CPU slot of each block node, the slots, the loads in
-flight (`cx` is None without a tier, so that numba compiles the tier's branches out).
+request ids. With prefix caching, the block identities of the loaded prompts not finished (one trie
+node per trace hash block, `prefix_ids.py`, compacted now and then) and the cached entries live in
+the four arrays of `px`; a CPU tier (`offload.py`) keeps three in `cx`: the CPU slot of each block
+node, the slots, the loads in flight (`cx` is None without a tier, so that numba compiles the
+tier's branches out).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import numpy as np
 
 from kvplan.errors import WorkloadError
 from kvplan.sim import kernel as K
-from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown, grown_rows
+from kvplan.sim.prefix_ids import PrefixTrie, worth_dropping
+from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown, grown_rows, packed, segment_index
 from kvplan.sim.inputs import PreparedChunk, SimSetup, make_setup, prepared_chunks
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.sim.offload import OffloadStats, stalled
@@ -210,7 +212,53 @@ class KernelState(EngineState):
         offload = self.setup.offload
         if offload is not None:
             self.cpu_slot = grown(self.cpu_slot, len(self.copies), -1)
-            self.cpu = grown(self.cpu, min(offload.num_blocks, self.n_held) * K.NS, 0)
+            # the slots filled so far and a slot for every block the loaded requests could store
+            self.cpu = grown(self.cpu, min(offload.num_blocks, int(self.st[K.CPU_USED]) + self.n_held) * K.NS, 0)
+
+    def _compact(self, trie: PrefixTrie) -> None:
+        """The open requests' identity entries packed (px[0], px[1]) when enough of them are
+        finished; the trie keeps the nodes they name and those with a cached copy or a CPU slot,
+        and when it renumbers them, so are px[0], the copies, the CPU slots and the entries' and
+        slots' block nodes."""
+        per, n, st = int(self.cfg[K.PER]), trie.num_nodes, self.st
+        rids = self._open_rows(self.req, K.FINISHED_AT)
+        counts = self.req[rids, K.ID_BLOCKS] // per
+        nodes = self.ids[segment_index(self.req[rids, K.ID_START], counts)]
+        copies = self.copies[:n * per]
+        cached = np.flatnonzero(copies >= 0)
+        live = np.zeros(n, dtype=bool)
+        live[nodes] = True
+        live[cached // per] = True
+        tier = self.setup.offload is not None
+        if tier:
+            slots = self.cpu_slot[:n * per]
+            stored = np.flatnonzero(slots >= 0)
+            live[stored // per] = True
+        remap = trie.compact(live)
+        if remap is not None or worth_dropping(len(nodes), self.n_ids):
+            self.ids, self.n_ids = packed(nodes if remap is None else remap[nodes]), len(nodes)
+            self.req[rids, K.ID_START] = np.cumsum(counts) - counts
+        if worth_dropping(len(nodes) * per, self.n_held):
+            self.held = packed(self.held[segment_index(self.req[rids, K.E_START], counts * per)])
+            self.n_held = len(nodes) * per
+            self.req[rids, K.E_START] = per * (np.cumsum(counts) - counts)
+        if remap is None:
+            return
+        size = max(trie.num_nodes * per, 1)
+
+        def moved(block_nodes: np.ndarray) -> np.ndarray:  # -1 for a dropped node's (stale ones)
+            new = np.where(block_nodes >= 0, remap[np.maximum(block_nodes, 0) // per], -1)
+            return np.where(new >= 0, new * per + block_nodes % per, -1)
+
+        self.copies = np.full(size, -1, dtype=np.int64)
+        self.copies[moved(cached)] = copies[cached]
+        used = self.ents[K.E_NODE:int(st[K.E_NEW]) * K.NE:K.NE]  # every entry ever used (a view)
+        used[:] = moved(used)
+        if tier:
+            self.cpu_slot = np.full(size, -1, dtype=np.int64)
+            self.cpu_slot[moved(stored)] = slots[stored]
+            filled = self.cpu[K.C_NODE:int(st[K.CPU_USED]) * K.NS:K.NS]
+            filled[:] = moved(filled)
 
     def kernel_args(self) -> tuple:
         """The kernel's arrays, in `kernel.run`'s order (its state as of now: px grows on load)."""

@@ -275,11 +275,38 @@ class ChunkPreparer:
         return PreparedChunk(ticks, p, o, reserve, clipped, ids=ids, preload=preload)
 
 
+ID_PIECE = 1 << 17  # identity blocks (hash ids) in a piece of a chunk: 1 MiB of trie nodes, about
+
+
+def id_pieces(chunk) -> list[slice]:
+    """`chunk` (with hash ids) cut into as few consecutive pieces as hold ID_PIECE identity
+    blocks each, of about equal identities: an engine loads the identities of every request it
+    was sent and has not finished, so a piece at a time keeps that bounded where a chunk of 65,536
+    long prompts can hold millions (equal pieces, so that the tables grown by doubling as pieces
+    load end near the size they need)."""
+    n = len(chunk)
+    ends = np.cumsum(np.fromiter(map(len, chunk.hash_ids), dtype=np.int64, count=n))
+    total = int(ends[-1]) if n else 0
+    m = -(-total // ID_PIECE)
+    if m <= 1:
+        return [slice(0, n)]
+    cuts = np.searchsorted(ends, total * np.arange(1, m, dtype=np.int64) // m, side="right")
+    cuts = np.unique(np.concatenate(([0], np.clip(cuts, 1, n), [n])))
+    return [slice(int(a), int(b)) for a, b in zip(cuts, cuts[1:])]
+
+
 def prepared_chunks(workload: Workload, setup: SimSetup) -> Iterator[PreparedChunk]:
-    """The workload's requests, chunk by chunk, ready for the engine (ChunkPreparer)."""
+    """The workload's requests, chunk by chunk, ready for the engine (ChunkPreparer); a chunk
+    with prefix identities in pieces (`id_pieces`; a run fed in pieces is the run fed at once, to
+    the byte: engine.py)."""
     from kvplan.workload.prefixes import request_stream
 
     preparer = ChunkPreparer(setup)
     for chunk in request_stream(workload):
-        if len(chunk):
+        if not len(chunk):
+            continue
+        if preparer.trie is not None and chunk.hash_ids is not None:
+            for part in id_pieces(chunk):
+                yield preparer.prepare(chunk.take(part))
+        else:
             yield preparer.prepare(chunk)

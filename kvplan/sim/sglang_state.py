@@ -20,7 +20,8 @@ import numpy as np
 from kvplan.errors import WorkloadError
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.sim import kernel as K
-from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown, grown_rows
+from kvplan.sim.prefix_ids import PrefixTrie, worth_dropping
+from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown, grown_rows, packed, segment_index
 from kvplan.sim.inputs import PreparedChunk, SimSetup
 from kvplan.sim.metrics import INTEGRALS, RawRun
 from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
@@ -125,6 +126,33 @@ class SglangState(EngineState):
             first[np.concatenate(([0], np.cumsum(counts)[:-1]))[counts > 0]] = True
             inner = np.flatnonzero(~first)
             self.nd[nodes[inner], K.N_PARENT] = nodes[inner - 1]  # a node's parent never changes
+
+    def _compact(self, trie: PrefixTrie) -> None:
+        """The open requests' identity nodes packed when enough of them are finished; the trie
+        keeps the nodes they name and those in the tree (with every ancestor), and when it
+        renumbers them, so are the ids and the tree's rows and links."""
+        n, gst = trie.num_nodes, self.gst
+        rids = self._open_rows(self.sr, K.S_FINISH)
+        counts = self.sr[rids, K.S_ID_COUNT]
+        nodes = self.ids[segment_index(self.sr[rids, K.S_ID_START], counts)]
+        live = self.nd[:n, K.N_CACHED] != 0
+        live[nodes] = True
+        remap = trie.compact(live)
+        if remap is not None or worth_dropping(len(nodes), self.n_ids):
+            self.ids, self.n_ids = packed(nodes if remap is None else remap[nodes]), len(nodes)
+            self.sr[rids, K.S_ID_START] = np.cumsum(counts) - counts
+        if remap is None:
+            return
+        kept = np.flatnonzero(remap >= 0)
+        nd = self._nodes(max(len(kept), 1))
+        nd[:len(kept)] = self.nd[kept]
+        for col in (K.N_PARENT, K.N_PREV, K.N_NEXT):  # a link to a dropped node is a stale one
+            links = nd[:len(kept), col]
+            links[:] = np.where(links >= 0, remap[np.maximum(links, 0)], -1)
+        for end in (K.GS_LRU_HEAD, K.GS_LRU_TAIL):
+            if gst[end] >= 0:
+                gst[end] = remap[gst[end]]
+        self.nd = nd
 
     def _kernel(self) -> int:
         return K.sg_run(self.cfg, self.gcfg, self.st, self.gst, self.gf, self.sr, self.ids, self.nd, self.wq,

@@ -1,7 +1,7 @@
 """What both serving engines' states share (engine.KernelState for vLLM's scheduler,
 sglang_state.SglangState for SGLang's): the scalars a caller reads of a run in progress and its
-`advance`, the per-request columns, the growth of their tables, and how many kernel events run
-between progress reports."""
+`advance`, the per-request columns, the growth of their tables, when the prefix identities are
+compacted, and how many kernel events run between progress reports."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 
 from kvplan.errors import WorkloadError
 from kvplan.sim import kernel as K
+from kvplan.sim.prefix_ids import PrefixTrie, compaction_due
 
 EVENTS_PER_CALL = 200_000  # kernel events between progress reports
 
@@ -35,6 +36,21 @@ def grown_rows(table: np.ndarray, rows: int) -> np.ndarray:
     return out
 
 
+def segment_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The positions [starts[i], starts[i] + counts[i]) of every segment i, concatenated in order."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total, dtype=np.int64)
+
+
+def packed(values: np.ndarray) -> np.ndarray:
+    """`values` as a fresh int64 array of one item at least (the kernel's arrays are never empty)."""
+    out = np.zeros(max(len(values), 1), dtype=np.int64)
+    out[:len(values)] = values
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class RequestColumns:
     """Per loaded request, views (not copies) of the engine's table, in ticks; -1: not yet."""
@@ -53,6 +69,9 @@ class EngineState:
     acc: np.ndarray
     clipped: int
     sent: list
+    n_ids: int
+    ids_kept = 0  # identity entries kept by the last compaction
+    open_from = 0  # every request before it had finished at the last compaction
 
     def _kernel(self) -> int:
         """One call of the engine's kernel (at most EVENTS_PER_CALL events): its return code."""
@@ -82,17 +101,36 @@ class EngineState:
     def _load_ids(self, rows: np.ndarray, ids) -> None:
         raise NotImplementedError
 
+    def _compact(self, trie: PrefixTrie) -> None:
+        """Drop the identities of the finished requests and the trie nodes nothing refers to any
+        more (PrefixTrie.compact), renumbering what the state holds."""
+        raise NotImplementedError
+
+    def _open_rows(self, table: np.ndarray, finish: int) -> np.ndarray:
+        """The loaded requests not finished (column `finish` still -1), in order."""
+        rows = self.open_from + np.flatnonzero(table[self.open_from:self.loaded, finish] < 0)
+        self.open_from = int(rows[0]) if len(rows) else self.loaded
+        return rows
+
     def _took(self, chunk, rows: np.ndarray, n: int) -> None:
         """The rest of loading a chunk whose rows (after the n loaded before) are written: its
-        block identities, the clock at the first arrival, the counts."""
-        if chunk.ids is not None:
-            self._load_ids(rows, chunk.ids)
+        block identities (compacted now and then: prefix_ids.py), the clock at the first arrival,
+        the counts."""
+        ids = chunk.ids
+        if ids is not None:
+            if ids.trie is not None and ids.epoch != ids.trie.epoch:
+                raise AssertionError("a chunk numbered before its trie was compacted was loaded")
+            self._load_ids(rows, ids)
         if n == 0:
             self.st[K.NOW] = self.st[K.ORIGIN] = chunk.arrival[0]
         self.st[K.LOADED] = n + len(chunk)
         self.clipped += chunk.clipped
         if chunk.sent is not None:
             self.sent.append(chunk.sent)
+        if ids is not None and ids.trie is not None and (ids.trie.crowded()
+                                                         or compaction_due(self.n_ids, self.ids_kept)):
+            self._compact(ids.trie)
+            self.ids_kept = self.n_ids
 
     def _integrals(self) -> list[int]:
         """The run's integrals (kernel.NUM_INTEGRALS, each kept in 31-bit limbs), once every loaded
