@@ -221,9 +221,7 @@ class KernelState(EngineState):
         and when it renumbers them, so are px[0], the copies, the CPU slots and the entries' and
         slots' block nodes."""
         per, n, st = int(self.cfg[K.PER]), trie.num_nodes, self.st
-        rids = self._open_rows(self.req, K.FINISHED_AT)
-        counts = self.req[rids, K.ID_BLOCKS] // per
-        nodes = self.ids[segment_index(self.req[rids, K.ID_START], counts)]
+        rids, counts, nodes = self._open_ids(self.req, K.FINISHED_AT, K.ID_START, K.ID_BLOCKS, per)
         copies = self.copies[:n * per]
         cached = np.flatnonzero(copies >= 0)
         live = np.zeros(n, dtype=bool)
@@ -235,9 +233,7 @@ class KernelState(EngineState):
             stored = np.flatnonzero(slots >= 0)
             live[stored // per] = True
         remap = trie.compact(live)
-        if remap is not None or worth_dropping(len(nodes), self.n_ids):
-            self.ids, self.n_ids = packed(nodes if remap is None else remap[nodes]), len(nodes)
-            self.req[rids, K.ID_START] = np.cumsum(counts) - counts
+        self._keep_ids(self.req, K.ID_START, rids, counts, nodes, remap)
         if worth_dropping(len(nodes) * per, self.n_held):
             self.held = packed(self.held[segment_index(self.req[rids, K.E_START], counts * per)])
             self.n_held = len(nodes) * per

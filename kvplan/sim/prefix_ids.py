@@ -58,8 +58,8 @@ class ChunkIds:
     nodes: np.ndarray  # int64
     counts: np.ndarray  # int64, one per request
     per: int  # simulated blocks per hash block (H / B)
-    trie: PrefixTrie | None = None  # the trie that numbered them
-    epoch: int = 0  # its compactions before they were numbered (a later one renumbers them)
+    trie: PrefixTrie  # the trie that numbered them
+    epoch: int  # its compactions before they were numbered (a later one renumbers them)
 
 
 class PrefixTrie:

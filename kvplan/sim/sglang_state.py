@@ -20,8 +20,8 @@ import numpy as np
 from kvplan.errors import WorkloadError
 from kvplan.memory.prefix_cache import PrefixCacheStats
 from kvplan.sim import kernel as K
-from kvplan.sim.prefix_ids import PrefixTrie, worth_dropping
-from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown, grown_rows, packed, segment_index
+from kvplan.sim.prefix_ids import PrefixTrie
+from kvplan.sim.state import EVENTS_PER_CALL, EngineState, RequestColumns, grown, grown_rows
 from kvplan.sim.inputs import PreparedChunk, SimSetup
 from kvplan.sim.metrics import INTEGRALS, RawRun
 from kvplan.sim.sampling import TIMELINE_POINTS, initial_delta
@@ -132,15 +132,11 @@ class SglangState(EngineState):
         keeps the nodes they name and those in the tree (with every ancestor), and when it
         renumbers them, so are the ids and the tree's rows and links."""
         n, gst = trie.num_nodes, self.gst
-        rids = self._open_rows(self.sr, K.S_FINISH)
-        counts = self.sr[rids, K.S_ID_COUNT]
-        nodes = self.ids[segment_index(self.sr[rids, K.S_ID_START], counts)]
+        rids, counts, nodes = self._open_ids(self.sr, K.S_FINISH, K.S_ID_START, K.S_ID_COUNT)
         live = self.nd[:n, K.N_CACHED] != 0
         live[nodes] = True
         remap = trie.compact(live)
-        if remap is not None or worth_dropping(len(nodes), self.n_ids):
-            self.ids, self.n_ids = packed(nodes if remap is None else remap[nodes]), len(nodes)
-            self.sr[rids, K.S_ID_START] = np.cumsum(counts) - counts
+        self._keep_ids(self.sr, K.S_ID_START, rids, counts, nodes, remap)
         if remap is None:
             return
         kept = np.flatnonzero(remap >= 0)

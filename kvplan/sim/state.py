@@ -12,7 +12,7 @@ import numpy as np
 
 from kvplan.errors import WorkloadError
 from kvplan.sim import kernel as K
-from kvplan.sim.prefix_ids import PrefixTrie, compaction_due
+from kvplan.sim.prefix_ids import PrefixTrie, compaction_due, worth_dropping
 
 EVENTS_PER_CALL = 200_000  # kernel events between progress reports
 
@@ -69,6 +69,7 @@ class EngineState:
     acc: np.ndarray
     clipped: int
     sent: list
+    ids: np.ndarray
     n_ids: int
     ids_kept = 0  # identity entries kept by the last compaction
     open_from = 0  # every request before it had finished at the last compaction
@@ -106,11 +107,23 @@ class EngineState:
         more (PrefixTrie.compact), renumbering what the state holds."""
         raise NotImplementedError
 
-    def _open_rows(self, table: np.ndarray, finish: int) -> np.ndarray:
-        """The loaded requests not finished (column `finish` still -1), in order."""
+    def _open_ids(self, table: np.ndarray, finish: int, start: int, count: int,
+                  per: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The loaded requests not finished (column `finish` still -1), in order; how many
+        identities each has (column `count` / `per`); their identities in `ids` (from column
+        `start`), concatenated."""
         rows = self.open_from + np.flatnonzero(table[self.open_from:self.loaded, finish] < 0)
         self.open_from = int(rows[0]) if len(rows) else self.loaded
-        return rows
+        counts = table[rows, count] // per
+        return rows, counts, self.ids[segment_index(table[rows, start], counts)]
+
+    def _keep_ids(self, table: np.ndarray, start: int, rows: np.ndarray, counts: np.ndarray,
+                  nodes: np.ndarray, remap: np.ndarray | None) -> None:
+        """`ids` packed to the open requests' identities (`_open_ids`), renumbered by the trie's
+        `remap`, when it renumbered or enough of them are finished."""
+        if remap is not None or worth_dropping(len(nodes), self.n_ids):
+            self.ids, self.n_ids = packed(nodes if remap is None else remap[nodes]), len(nodes)
+            table[rows, start] = np.cumsum(counts) - counts
 
     def _took(self, chunk, rows: np.ndarray, n: int) -> None:
         """The rest of loading a chunk whose rows (after the n loaded before) are written: its
@@ -118,7 +131,7 @@ class EngineState:
         the counts."""
         ids = chunk.ids
         if ids is not None:
-            if ids.trie is not None and ids.epoch != ids.trie.epoch:
+            if ids.epoch != ids.trie.epoch:
                 raise AssertionError("a chunk numbered before its trie was compacted was loaded")
             self._load_ids(rows, ids)
         if n == 0:
@@ -127,8 +140,7 @@ class EngineState:
         self.clipped += chunk.clipped
         if chunk.sent is not None:
             self.sent.append(chunk.sent)
-        if ids is not None and ids.trie is not None and (ids.trie.crowded()
-                                                         or compaction_due(self.n_ids, self.ids_kept)):
+        if ids is not None and (ids.trie.crowded() or compaction_due(self.n_ids, self.ids_kept)):
             self._compact(ids.trie)
             self.ids_kept = self.n_ids
 
