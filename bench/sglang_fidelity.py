@@ -10,7 +10,7 @@ ways, median |error| of throughput, E2E, TTFT and ITL per regime and per source:
   SGLang engine and server factors (ENGINE_OVERHEAD_FACTOR / SERVER_FRONTEND_FACTOR['sglang'])
   refitted on the SGLang runs, every other constant as shipped: on all sources, and leave-one-
   source-out (each source's runs simulated with the two factors fitted on the other SGLang sources).
-Runs SGLang's engine does not take (models with windowed or state layers) keep vLLM's restatement
+Runs SGLang's engine does not take (models with recurrent state layers) keep vLLM's restatement
 in the SGLang columns; they are listed. Bursts are reported and never fitted.
 
 --moe: is the SGLang MoE runs' bias SGLang's? Every engine's MoE runs of the corpus (bursts left
@@ -165,7 +165,7 @@ def main() -> None:
                 print(line)
     left = [c.id for c in cases if c.id not in own_runs]
     print(f"\n{len(cases)} SGLang runs of {len(entries)} measurements; {len(own_runs)} restated by SGLang's rules, "
-          f"the rest by vLLM's (SGLang's engine does not take models with windowed or state layers): "
+          f"the rest by vLLM's (SGLang's engine does not take models with recurrent state layers): "
           f"{', '.join(left) or 'none'}")
 
 

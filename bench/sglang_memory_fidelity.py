@@ -42,7 +42,7 @@ CHECKPOINTS = {
                                  {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                   "weight_block_size": [128, 128]}),
 }
-TOLERANCE = {"weights": 0.05, "tokens_from_gpu": 0.10, "tokens_from_log": 0.10}
+TOLERANCE = {"weights": 0.05, "tokens_from_gpu": 0.10, "tokens_from_log": 0.10}  # swa_tokens_*: as tokens_*
 
 
 def load_logs() -> list[dict]:
@@ -69,7 +69,7 @@ def predict(entry: dict) -> dict | None:
     from kvplan.model.build import build_layout
     from kvplan.model.gpus import get_gpu
     from kvplan.model.resolve import load_spec
-    from kvplan.model.sglang_memory import release_at, release_rules, startup_memory, startup_on
+    from kvplan.model.sglang_memory import model_identity, release_at, release_rules, startup_memory, startup_on
     from kvplan.model.weights import estimate_weights
 
     from kvplan.model.config import read_model
@@ -92,9 +92,13 @@ def predict(entry: dict) -> dict | None:
     layout = build_layout(spec, entry.get("kv_cache_dtype") or "auto", tp)
     weights = estimate_weights(spec, entry.get("quantization"))
     release = entry.get("sglang_version") or release_at(entry.get("date"))
+    try:
+        release_rules(release)
+    except KvplanError:  # a release older than the rules kvplan models: listed, not checked
+        return None
     context = entry.get("context_length") or spec.max_context
     flags = dict(layout=layout, tp=tp, context_len=context, release=release,
-                 mem_fraction_static=entry.get("mem_fraction_static"), model_type=spec.model_type)
+                 mem_fraction_static=entry.get("mem_fraction_static"), **model_identity(spec))
     out = {"release": release, "weights": weights.bytes_per_gpu(tp, gpu) / GiB, "context": context,
            "extra_rows": release_rules(release).req_pool_extra}
     if gpu is not None:
@@ -129,6 +133,10 @@ def checks(entry: dict, got: dict) -> dict[str, tuple[bool, str]]:
         err = m.max_total_num_tokens / tokens - 1
         out[f"tokens_{key}"] = (abs(err) <= TOLERANCE[f"tokens_{key}"],
                                 f"{tokens:,} / {m.max_total_num_tokens:,} ({err:+.1%})")
+        if logged.get("swa_layer_tokens"):  # a hybrid SWA pool's second pool (rule 5), the same tolerance
+            err = m.swa_tokens / logged["swa_layer_tokens"] - 1
+            out[f"swa_tokens_{key}"] = (abs(err) <= TOLERANCE[f"tokens_{key}"],
+                                        f"{logged['swa_layer_tokens']:,} / {m.swa_tokens:,} ({err:+.1%})")
     m = got.get("from_gpu") or got.get("from_log")
     if m is not None and logged.get("server_args_mem_fraction_static") is not None \
             and entry.get("mem_fraction_static") is None and "from_gpu" in got:
@@ -153,10 +161,10 @@ def checks(entry: dict, got: dict) -> dict[str, tuple[bool, str]]:
 
 
 def evaluate(entries: list[dict]) -> list[tuple[dict, dict]]:
-    """(entry, checks) for every log whose model kvplan resolves."""
+    """(entry, checks) for every log whose model kvplan resolves and whose setting it models."""
     rows = []
     for e in entries:
-        got = predict(e)
+        got = None if e.get("not_modelled") else predict(e)
         if got is not None:
             rows.append((e, checks(e, got)))
     return rows
@@ -177,7 +185,7 @@ def shares(rows: list[tuple[dict, dict]]) -> dict[str, list[int]]:
 def main() -> None:
     entries = load_logs()
     rows = evaluate(entries)
-    print(f"{len(entries)} logs, {len(rows)} with a model kvplan resolves, "
+    print(f"{len(entries)} logs, {len(rows)} with a model kvplan resolves and a setting it models, "
           f"{len({source_of(e) for e, _ in rows})} sources\n")
     for e, result in rows:
         misses = [k for k, (ok, _) in result.items() if not ok]
@@ -190,6 +198,24 @@ def main() -> None:
           "mem_fraction_static exact):")
     for key, (held, total) in sorted(shares(rows).items(), key=lambda kv: (kv[0] != "all", kv[0])):
         print(f"  {key:70} {held:3} of {total:3} ({held / total:.0%})")
+    checked = {e["id"] for e, _ in rows}
+    print("\nnot checked:")
+    for e in entries:
+        if e["id"] not in checked:
+            why = e.get("not_modelled") or (f"SGLang {e['sglang_version']} predates the modelled releases"
+                                            if old_release(e) else "a model kvplan does not resolve")
+            print(f"  {e['id']}: {why}")
+
+
+def old_release(entry: dict) -> bool:
+    """Whether the log states a release older than the rules kvplan models (release_rules refuses it)."""
+    from kvplan.model.sglang_memory import release_rules
+
+    try:
+        release_rules(entry.get("sglang_version") or "0.5.3")
+    except KvplanError:
+        return True
+    return False
 
 
 if __name__ == "__main__":

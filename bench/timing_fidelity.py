@@ -44,14 +44,15 @@ How a benchmark is restated (the same for every case; nothing depends on the mod
   SGLang factors below). With --sglang-own (values["_sglang"]) as SGLang runs them (sglang_setup):
   its start-up pool at the run's release (where it states none, the era its source's date allows:
   source_date, sglang_release), GPU, TP and stated --mem-fraction-static
-  (kvplan/model/sglang_memory.py; slots = max_total_num_tokens), its max_running_requests and
+  (kvplan/model/sglang_memory.py; slots = max_total_num_tokens, a hybrid SWA pool's smaller pool),
+  its max_running_requests and
   chunked_prefill_size, --disable-radix-cache where stated, SGLang's scheduler (kvplan/sim/
   sglang.py); from v0.4 its overlap scheduler's extra step before a request is taken (overlap_lag)
   and, with prefill and decode in separate steps, a client's median inter-token gap that is a
   decode step alone (prefill_share). Not the default: bench/sglang_fidelity.py compares the two by
   regime and source, and SGLang's own rules do not yet beat vLLM's in every regime (closed-loop
-  throughput and ITL, light-load TTFT). Models SGLang's engine is not modelled for (sliding
-  windows, recurrent state) keep vLLM's restatement either way.
+  throughput and ITL, light-load TTFT). Models SGLang's engine is not modelled for (recurrent
+  state) keep vLLM's restatement either way.
 - sglang.bench_serving's random dataset in a closed loop: the lengths its seeded draw sent
   (bench_serving_random_lengths; the printed totals check it to the token). At a request rate a
   draw of kvplan's own (the client's Poisson arrivals, drawn after them, are not restated).
@@ -347,9 +348,9 @@ def sglang_release(entry: dict) -> str:
 def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int, speculative_steps: int = 0):
     """SGLang's own start-up for a run (kvplan/model/sglang_memory.startup_memory) at the entry's
     release (sglang_release: the one stated, else the era of its source's date, else the current
-    rules), GPU, TP and stated flags: (SglangConfig, pool slots = max_total_num_tokens,
-    SGLangMemory), or None where SGLang's engine is not modelled for the model (sliding windows or
-    recurrent state: vLLM's restatement stays) or it would not start.
+    rules), GPU, TP and stated flags: (SglangConfig, pool slots = serving_tokens,
+    SGLangMemory), or None where SGLang's engine is not modelled for the model (recurrent state:
+    vLLM's restatement stays) or it would not start.
     The scheduler: SGLang's defaults for every release in the corpus (server_args.py: lpm,
     schedule_conservativeness 1.0, max_prefill_tokens 16384, the radix cache on), chunked_prefill_size
     by the GPU's memory (sglang_memory.batch_defaults), max_running_requests from the pool.
@@ -357,16 +358,13 @@ def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int,
     pool's headroom and reserve), its running cap kept at the plain server's (a what-if of the same
     deployment with speculation, as a deployer that sets the cap runs it)."""
     from kvplan.errors import KvplanError
-    from kvplan.model.sglang_memory import startup_on
-    from kvplan.model.vllm_kv_groups import is_hybrid
+    from kvplan.model.sglang_memory import model_identity, startup_on
     from kvplan.workload.records import SglangConfig
 
-    if is_hybrid(layout):
-        return None
     flags = sglang_flags(entry)
     server = dict(layout=layout, weights=weights.bytes_per_gpu(tp, gpu), tp=tp, context_len=context,
                   release=sglang_release(entry), mem_fraction_static=flags.get("mem_fraction_static"),
-                  chunked_prefill_size=flags.get("chunked_prefill_size"), model_type=spec.model_type)
+                  chunked_prefill_size=flags.get("chunked_prefill_size"), **model_identity(spec))
     try:
         m = startup_on(gpu, **server,
                        max_running_requests=entry["setup"].get("max_num_seqs") or flags.get("max_running_requests"))
@@ -381,7 +379,7 @@ def sglang_setup(entry: dict, spec, layout, weights, gpu, tp: int, context: int,
                        chunked_prefill_size=0 if chunk == -1 else int(chunk),
                        max_running_requests=int(m.max_running_requests),
                        radix_cache=not flags["disable_radix_cache"])
-    return cfg, int(m.max_total_num_tokens), m
+    return cfg, int(m.serving_tokens), m
 
 
 def sglang_restated(entry: dict) -> bool:

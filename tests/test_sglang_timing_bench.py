@@ -52,12 +52,22 @@ def test_an_sglang_run_restated_by_sglangs_rules_takes_kvplan_size_engine_sglang
     assert not workload(arrival).sglang.radix_cache
 
 
-def test_models_sglangs_engine_does_not_take_keep_vllms_restatement(bench, entries):
-    """gpt-oss (sliding-window layers, SGLang's hybrid SWA pool) is not restated by SGLang's rules."""
+def test_sliding_window_models_are_restated_by_sglangs_rules(bench, entries):
+    """gpt-oss (sliding-window layers kept in SGLang's one pool) and Llama 4 (SGLang's hybrid SWA
+    pool, served on the smaller of its two pools: kvplan/model/sglang_memory.py rule 5) run on
+    SGLang's own scheduler, no longer on vLLM's restatement."""
     entry = entries["gpustack-gptoss20b-h100-sglang-sharegpt"]
-    assert not bench.sglang_restated(entry)
+    assert bench.sglang_restated(entry)
     workload, arrival, _, _ = bench.build_case(entry, {"_sglang": True})
-    assert workload(arrival).sglang is None
+    assert workload(arrival).sglang is not None
+    scout = entries["sglang-cookbook-llama4-scout-mi300x-tp8-1000-1000-c16"]
+    assert bench.sglang_restated(scout)
+    workload, arrival, _, _ = bench.build_case(scout, {"_sglang": True})
+    served = workload(arrival)
+    from kvplan.model.sglang_size import sglang_size
+
+    m = sglang_size("meta-llama/Llama-4-Scout-17B-16E-Instruct", gpu="MI300X", tp=8).memory
+    assert m.hybrid and served.pool.slots == m.serving_tokens == m.swa_tokens
 
 
 def test_the_overlap_schedulers_extra_step_is_where_the_overlap_scheduler_runs(bench, entries):

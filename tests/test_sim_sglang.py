@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kvplan.model.layout import KVLayout, LayerGroup
 from kvplan.sim.engine import simulate
 from kvplan.sim.sglang import new_token_ratios
 from kvplan.sim.sglang_reference import sglang_reference, simulate_sglang_reference
@@ -47,8 +48,19 @@ def random_sglang_workload(seed: int, big: bool = False):
             yield RequestChunk(arrival[s:s + size], prompt[s:s + size], output[s:s + size],
                                ids[s:s + size], hash_block)
 
-    wl = Workload("random-sglang", "", seed, "serve", n, PoolSpec(slots), (SPEC,), sched, timing, make, sglang=g)
+    wl = Workload("random-sglang", "", seed, "serve", n, PoolSpec(slots), (SPEC,), sched, timing, make, sglang=g,
+                  layout=windowed_layout(np.random.default_rng([seed, 32, int(big)]), mml))
     return wl, int(rng.choice([4, 8, 64, 2048]))
+
+
+def windowed_layout(rng, mml: int):
+    """A layout with sliding-window layers (a window within the requests' lengths) for 40% of the
+    random workloads, else None: their steps read the window's KV (SimSetup.reads)."""
+    if rng.random() >= 0.4:
+        return None
+    groups = (LayerGroup("full", int(rng.integers(0, 4)), 1, 8, 8),
+              LayerGroup("sliding", int(rng.integers(1, 6)), 1, 8, 8, window=int(rng.integers(1, mml + 1))))
+    return KVLayout("windowed", "auto", 1, groups, None)
 
 
 def assert_agree(wl, points: int) -> None:

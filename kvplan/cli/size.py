@@ -33,6 +33,7 @@ def size(
     mem_fraction_static: Annotated[Optional[float], typer.Option(help="SGLang's --mem-fraction-static, with --engine sglang (default: SGLang's for the GPU and TP).")] = None,
     chunked_prefill_size: Annotated[Optional[int], typer.Option(help="SGLang's --chunked-prefill-size, with --engine sglang (default: SGLang's for the GPU).")] = None,
     max_running_requests: Annotated[Optional[int], typer.Option(help="SGLang's --max-running-requests, with --engine sglang (default: from the pool).")] = None,
+    swa_full_tokens_ratio: Annotated[Optional[float], typer.Option(help="SGLang's --swa-full-tokens-ratio, with --engine sglang, for a model on its hybrid sliding-window pool (Llama 4): the sliding layers' tokens per full layers' token (default 0.8).")] = None,
     sglang_version: Annotated[Optional[str], typer.Option(help="The SGLang release whose rules apply, with --engine sglang: before 0.4.7 the fraction by TP, 0.4.7-0.5.2 a reserve by GPU memory, 0.5.3 on (the default) a reserve from the chunked prefill and CUDA graph sizes.")] = None,
     speculative: Annotated[Optional[str], typer.Option(help="With --engine sglang: a server speculating with eagle, eagle3 or mtp (SGLang's --speculative-algorithm; NEXTN is mtp), a chain of --num-speculative-tokens drafts: its pool headroom, 2 GiB more reserved, max_running_requests 48.")] = None,
     num_speculative_tokens: Annotated[Optional[int], typer.Option(help="With --speculative: SGLang's --speculative-num-steps (topk 1; default 3).")] = None,
@@ -49,7 +50,8 @@ def size(
     from kvplan.model.sglang_size import refuse_other_engine
 
     sglang_options = dict(mem_fraction_static=mem_fraction_static, chunked_prefill_size=chunked_prefill_size,
-                          max_running_requests=max_running_requests, sglang_version=sglang_version)
+                          max_running_requests=max_running_requests, sglang_version=sglang_version,
+                          swa_full_tokens_ratio=swa_full_tokens_ratio)
     given = dict(gpu_memory_utilization=gpu_memory_utilization, kv_memory=kv_memory, block_size=block_size,
                  max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
                  enable_prefix_caching=enable_prefix_caching, flashinfer=flashinfer,

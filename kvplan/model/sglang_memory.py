@@ -62,9 +62,35 @@ Read from SGLang's own source (sgl-project/sglang, python/sglang/srt):
    same tokens at the draft layers' cell size) and its weights come out of the share the fraction
    leaves, as the activations do; `draft_kv_pool` reports its bytes.
 
-Sliding-window layers are counted as full layers, as SGLang does for models outside its hybrid
-SWA pool; models with recurrent state, and those SGLang runs on a hybrid SWA pool (Gemma 3,
-Llama 4, gpt-oss), are not modelled yet (UsageError).
+5. Sliding-window layers. SGLang keeps a separate pool for them only for the architectures of its
+   hybrid SWA list (configs/model_config.py `is_hybrid_swa_model`: Llama4ForConditionalGeneration,
+   GptOssForCausalLM, MiMo-V2-Flash, Step-3.5; Gemma 4 later), and `ServerArgs.
+   _handle_model_specific_adjustments` turns it off again for gpt-oss (disable_hybrid_swa_memory =
+   True at the end of its GptOssForCausalLM branch in the 0.5 releases; later releases keep it off
+   only on the trtllm_mha attention backend, a change not modelled here) and for Gemma 2 and 3 ("not
+   compatible with gemma2", which are not on the list either). Every other model, these among them,
+   counts its sliding layers as full layers in one pool (rule 2's cell_size over all layers).
+   On the hybrid pool (`set_num_token_hybrid_swa`) rule 2 profiles T tokens at the cell size of all
+   layers, max_num_reqs is taken from T (rule 3), and T is split between a pool of the full layers
+   and one of the sliding layers, r = --swa-full-tokens-ratio (0.8 by default) tokens of the second
+   for each of the first, at the same memory:
+       full = int(T x (F x n_full + S x n_swa) / (F x n_full + r x S x n_swa)), swa = int(full x r)
+   (F, S the per-layer bytes of a token of each kind, n_full, n_swa their layers; the 0.5 releases
+   write it with F = S, total_tokens / (r x n_swa + n_full), the same), each a whole number of pages;
+   max_total_num_tokens is the full pool and max_running_requests follows from it as in rule 3.
+   Llama 4's chunked-attention layers are its sliding ones (every fourth layer is full). Releases
+   before 0.4.7 sized Llama 4's hybrid pool by another rule, opt-in (--hybrid-kvcache-ratio): not
+   modelled, the hybrid pool is taken from 0.4.7 on.
+   Serving on it (SWATokenToKVPoolAllocator, mem_cache/swa_radix_cache.py): a request allocates each
+   token in both pools, and before sgl-project/sglang#17220 ("Evict swa kv cache during decoding",
+   merged 2026-01-16) the radix tree took a running request's tokens only when its prefill or the
+   request finished, so a running request holds every token in both pools, and the allocator's
+   available_size is the smaller pool's. The serving engine (kvplan/sim/sglang.py) runs one pool of
+   min(full, swa) tokens (SGLangMemory.serving_tokens). Not modelled: the tree's SWA tombstones
+   (a cached prefix whose sliding-layer KV was evicted keeps its full-layer KV), and the decode-time
+   eviction of the releases after #17220, which frees a running request's sliding-layer tokens
+   beyond 2 x the window.
+Models with recurrent state are not modelled yet (UsageError).
 """
 
 from __future__ import annotations
@@ -81,6 +107,7 @@ SPECULATIVE_RESERVE_MIB = 2 * 1024  # _handle_gpu_memory_settings: "eagle draft 
 SPECULATIVE_POOL_BUFFER = 100  # init_memory_pool: draft_runner_cache_size's "buffer"
 SGLANG_RELEASE = "0.5.3"  # the release whose rules apply by default (the rule of sgl-project/sglang#10975)
 ERAS = ((0, 4, 7), (0, 5, 3))  # the first release of the 0.4.7 rule and of the 0.5.3 rule
+OLDEST = (0, 3, 0)  # the oldest release whose rules are modelled (release_rules refuses older ones)
 # Held by the process before the weights load (outside pre_load): the CUDA context, and at tp > 1
 # what init_torch_distributed allocates, which SGLang logs as "Init torch distributed ends. mem
 # usage=X GB". Read off SGLang's own logs (the sources are CALIBRATION in
@@ -105,7 +132,44 @@ def dist_init(tp: int, link_bytes_per_s: float) -> int:
         return 0
     return DIST_INIT_NVLINK if link_bytes_per_s > NVLINK_BYTES_PER_S else DIST_INIT_PCIE
 DEFAULT_PAGE_SIZE = 1
-HYBRID_SWA_TYPES = ("gemma3", "gemma3_text", "llama4", "llama4_text", "gpt_oss", "mimo")
+# Rule 5: the architectures SGLang runs on its hybrid SWA pool by default (gpt-oss is on its list but
+# has the pool turned off, Gemma is off it), and the model types whose config names no architecture
+# that stand for one (the catalog's Llama 4 is the text part of Llama4ForConditionalGeneration, the
+# architecture of every published Llama 4 checkpoint).
+HYBRID_SWA_ARCHITECTURES = ("Llama4ForConditionalGeneration", "MiMoV2FlashForCausalLM", "Step3p5ForCausalLM")
+HYBRID_SWA_TYPES = ("llama4", "llama4_text")
+SWA_FULL_TOKENS_RATIO = 0.8  # server_args.py swa_full_tokens_ratio
+
+
+def hybrid_swa(model_type: str, architectures=()) -> bool:
+    """Whether SGLang runs a model on its hybrid SWA pool by default (rule 5): by the config's
+    architectures where it names them, else by its model type."""
+    if architectures:
+        return any(a in HYBRID_SWA_ARCHITECTURES for a in architectures)
+    return model_type in HYBRID_SWA_TYPES
+
+
+def model_identity(spec) -> dict:
+    """The model_type and architectures of a ModelSpec, as startup_memory takes them (rule 5)."""
+    raw = getattr(spec, "raw", None) or {}
+    archs = raw.get("architectures") if isinstance(raw, dict) else None
+    return {"model_type": getattr(spec, "model_type", "") or "",
+            "architectures": tuple(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ()}
+
+
+def hybrid_split(tokens: int, layout, ratio: float, page_size: int) -> tuple[int, int]:
+    """(full, swa): the profiled `tokens` split between the full layers' pool and the sliding
+    layers' at `ratio` swa tokens a full one (rule 5), each a whole number of pages."""
+    full_groups = [g for g in layout.groups if g.kind != "sliding"]
+    swa_groups = [g for g in layout.groups if g.kind == "sliding"]
+    if len({g.bytes_per_token_per_layer for g in layout.groups}) == 1:  # the 0.5 releases' arithmetic
+        n_full, n_swa = sum(g.num_layers for g in full_groups), sum(g.num_layers for g in swa_groups)
+        full = int(tokens * (n_full + n_swa) / (ratio * n_swa + n_full))
+    else:  # the per-layer bytes differ: the later releases' memory-based split
+        full_bytes, swa_bytes = (sum(g.bytes_per_token for g in gs) for gs in (full_groups, swa_groups))
+        full = int(tokens * (full_bytes + swa_bytes) / (full_bytes + ratio * swa_bytes))
+    swa = int(full * ratio)
+    return full // page_size * page_size, swa // page_size * page_size
 
 
 def release_version(release: str) -> tuple[int, int, int]:
@@ -146,6 +210,11 @@ def release_at(date: str | None) -> str:
 
 def release_rules(release: str) -> ReleaseRules:
     version = release_version(release)
+    if version < OLDEST:
+        # a 0.2 log (sgl-project/sglang#1191: Mixtral at tp=8 with mem_fraction_static 0.83 and 31
+        # running requests) follows neither the fraction table nor the request rows of rule 1 and 3
+        raise UsageError(f"SGLang {release} predates the releases whose rules kvplan models (0.3 on)",
+                         field="--sglang-version")
     era = "0.5.3" if version >= ERAS[1] else "0.4.7" if version >= ERAS[0] else "0.4"
     return ReleaseRules(str(release).strip(), era, 1 if era == "0.4" else 0)
 
@@ -243,11 +312,26 @@ class SGLangMemory:
     reason: str | None  # why it does not start, in SGLang's words
     speculative_steps: int = 0  # speculative_num_steps (topk 1), 0 without speculative decoding
     draft_kv_pool: int = 0  # the draft's KV pool: the pool's tokens at the draft layers' cell size
+    swa_tokens: int = 0  # the hybrid SWA pool's sliding-layer tokens (rule 5), 0 on one pool
+    swa_full_tokens_ratio: float = 0.0  # the ratio that split it, 0 on one pool
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether SGLang runs this model on its hybrid SWA pool (rule 5)."""
+        return self.swa_full_tokens_ratio > 0
+
+    @property
+    def serving_tokens(self) -> int:
+        """The tokens the serving engine's one pool holds (kvplan/sim/sglang.py): max_total_num_tokens,
+        on a hybrid pool the smaller of its two (rule 5: a running request holds every token in both)."""
+        return min(self.max_total_num_tokens, self.swa_tokens) if self.hybrid else self.max_total_num_tokens
 
     def to_dict(self) -> dict:
         out = asdict(self)
         if not self.speculative_steps:  # a run without speculation reports what it always did
             del out["speculative_steps"], out["draft_kv_pool"]
+        if not self.hybrid:  # nor does one on a single pool
+            del out["swa_tokens"], out["swa_full_tokens_ratio"]
         return out
 
 
@@ -284,7 +368,8 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
                    page_size: int = DEFAULT_PAGE_SIZE, model_type: str = "",
                    pre_load: int | None = None, link_bytes_per_s: float = 0.0,
                    smi_memory: int | None = None, speculative_steps: int = 0,
-                   draft_cell_size: int = 0) -> SGLangMemory:
+                   draft_cell_size: int = 0, architectures=(), swa_full_tokens_ratio: float | None = None,
+                   disable_hybrid_swa_memory: bool = False) -> SGLangMemory:
     """SGLang's pool on one GPU: `layout` the per-rank KV layout (kvplan.model.build.build_layout with
     the KV dtype and tp), `weights` this rank's weight bytes, `gpu_memory` the device's memory as
     CUDA reports it, `context_len` the model's (or --context-length), the overrides as SGLang's
@@ -292,13 +377,23 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
     `pre_load` replaces the modelled free memory before loading (a log's own figure); `smi_memory`
     the device's memory.total as nvidia-smi prints it (gpus.GPU.memory_bytes), from which SGLang
     sets its fraction and batch defaults (rule 1), `gpu_memory` when not given; `speculative_steps`
-    and `draft_cell_size` (the draft layers' KV bytes per token) a speculative server (rule 4)."""
+    and `draft_cell_size` (the draft layers' KV bytes per token) a speculative server (rule 4);
+    `model_type` and `architectures` (model_identity) whether the hybrid SWA pool applies, split at
+    `swa_full_tokens_ratio` unless `disable_hybrid_swa_memory` (rule 5)."""
     if mem_fraction_static is not None and not 0 < mem_fraction_static <= 1:
         raise UsageError(f"expected a fraction in (0, 1], got {mem_fraction_static}", field="--mem-fraction-static")
-    if model_type in HYBRID_SWA_TYPES:
-        raise UsageError(f"{model_type} runs on SGLang's hybrid sliding-window pool, not modelled for engine "
-                         "sglang yet", field="--engine")
+    if swa_full_tokens_ratio is not None and not 0 < swa_full_tokens_ratio <= 64:
+        raise UsageError(f"expected a ratio above 0 (at most 64), got {swa_full_tokens_ratio}",
+                         field="--swa-full-tokens-ratio")
     rules = release_rules(release)
+    hybrid = (not disable_hybrid_swa_memory and rules.era != "0.4" and hybrid_swa(model_type, architectures)
+              and any(g.kind == "sliding" for g in layout.groups) and any(g.kind != "sliding" for g in layout.groups))
+    if hybrid and speculative_steps:
+        raise UsageError("speculative decoding on SGLang's hybrid sliding-window pool (its draft pool sized from "
+                         "the split pool) is not modelled", field="--speculative")
+    if swa_full_tokens_ratio is not None and not hybrid:
+        raise UsageError("applies to a model SGLang runs on its hybrid sliding-window pool (Llama 4); this one "
+                         "runs on one pool", field="--swa-full-tokens-ratio")
     gpu_mem_mib = (smi_memory or gpu_memory) / MiB
     chunk, graph_bs = batch_defaults(gpu_mem_mib, tp, rules.era)
     chunk = chunked_prefill_size if chunked_prefill_size is not None else chunk
@@ -315,12 +410,17 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
     tokens = max(int(rest * GiB) // cell, 0) if cell else 0
     tokens = tokens // page_size * page_size
     estimated = request_rows(tokens, context_len)
+    swa, ratio = 0, 0.0
+    if hybrid:  # rule 5: the request rows from the profiled tokens, the pool split after
+        ratio = SWA_FULL_TOKENS_RATIO if swa_full_tokens_ratio is None else float(swa_full_tokens_ratio)
+        tokens, swa = hybrid_split(tokens, layout, ratio, page_size)
     if speculative_steps and tokens > 0:  # rule 4: the request rows stay those of the profiled pool
         given = SPECULATIVE_MAX_RUNNING if max_running_requests is None else max_running_requests
         running = min(given, estimated + rules.req_pool_extra)
         tokens += estimated * draft_tokens(speculative_steps) + SPECULATIVE_POOL_BUFFER
-    else:
-        running = max_running(tokens, context_len, rules.req_pool_extra, max_running_requests)
+    else:  # max_running, its request rows those of the profiled pool (rule 5 splits the tokens after)
+        running = min(tokens // 2 if max_running_requests is None else max_running_requests,
+                      estimated + rules.req_pool_extra)
     reason = None
     if weights > gpu_memory:
         reason = (f"CUDA out of memory while loading the weights: they need {weights / GiB:.2f} GiB on each GPU, "
@@ -329,4 +429,5 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
         reason = not_enough_memory(fraction)
     return SGLangMemory(rules.release, gpu_memory, fraction, why, chunk, graph_bs, pre_load, weights, post_load,
                         max(int(rest * GiB), 0), cell, tokens, context_len, estimated, running, page_size,
-                        reason is None, reason, speculative_steps, tokens * draft_cell_size if speculative_steps else 0)
+                        reason is None, reason, speculative_steps, tokens * draft_cell_size if speculative_steps else 0,
+                        swa, ratio)

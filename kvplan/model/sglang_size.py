@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from kvplan.errors import ConfigError, UsageError
 from kvplan.model.dtypes import KV_DTYPE_CHOICES
-from kvplan.model.sglang_memory import SGLANG_RELEASE, SGLangMemory, startup_on
+from kvplan.model.sglang_memory import SGLANG_RELEASE, SGLangMemory, model_identity, startup_on
 
 # kvplan size's options that only vLLM has, with the value that means "not given".
 VLLM_ONLY = {"gpu_memory_utilization": ("--gpu-memory-utilization", None), "kv_memory": ("--kv-memory", None),
@@ -18,7 +18,8 @@ VLLM_ONLY = {"gpu_memory_utilization": ("--gpu-memory-utilization", None), "kv_m
 # ... and those only SGLang has.
 SGLANG_ONLY = {"mem_fraction_static": ("--mem-fraction-static", None), "sglang_version": ("--sglang-version", None),
                "chunked_prefill_size": ("--chunked-prefill-size", None),
-               "max_running_requests": ("--max-running-requests", None)}
+               "max_running_requests": ("--max-running-requests", None),
+               "swa_full_tokens_ratio": ("--swa-full-tokens-ratio", None)}
 
 
 def refuse_other_engine(engine: str, options: dict, vllm_version_given: bool = False) -> None:
@@ -61,14 +62,16 @@ class SGLangRun:
                 "pre_load_bytes": m.pre_load, "kv_pool_bytes": m.kv_pool, "bytes_per_token": m.cell_size,
                 "max_total_num_tokens": m.max_total_num_tokens, "context_len": m.context_len,
                 "max_running_requests": m.max_running_requests, "page_size": m.page_size, "fits": m.starts,
-                "reason": m.reason, "notes": list(self.notes)}
+                "reason": m.reason, "notes": list(self.notes),
+                **({"swa_full_tokens_ratio": m.swa_full_tokens_ratio, "full_layer_tokens": m.max_total_num_tokens,
+                    "swa_layer_tokens": m.swa_tokens} if m.hybrid else {})}
 
 
 def sglang_size(model: str, *, gpu: str, tp: int = 1, kv_dtype: str = "auto", quantization: str | None = None,
                 context_length: int | None = None, mem_fraction_static: float | None = None,
                 chunked_prefill_size: int | None = None, max_running_requests: int | None = None,
                 sglang_version: str | None = None, speculative: str | None = None,
-                num_speculative_tokens: int | None = None) -> SGLangRun:
+                num_speculative_tokens: int | None = None, swa_full_tokens_ratio: float | None = None) -> SGLangRun:
     """SGLang's start-up on `tp` GPUs of kind `gpu` (kvplan/model/sglang_memory.py), with
     `speculative` a server drafting `num_speculative_tokens` a step (EAGLE, EAGLE-3 or MTP as a
     chain: rule 4); bad options raise KvplanError naming the option."""
@@ -113,7 +116,7 @@ def sglang_size(model: str, *, gpu: str, tp: int = 1, kv_dtype: str = "auto", qu
     memory = startup_on(gpu_spec, layout=layout, weights=weights.bytes_per_gpu(tp, gpu_spec), tp=tp, context_len=context,
                         release=sglang_version or SGLANG_RELEASE, mem_fraction_static=mem_fraction_static,
                         chunked_prefill_size=chunked_prefill_size, max_running_requests=max_running_requests,
-                        model_type=spec.model_type, speculative_steps=steps,
+                        speculative_steps=steps, swa_full_tokens_ratio=swa_full_tokens_ratio, **model_identity(spec),
                         draft_cell_size=draft.kv_bytes_per_token if draft is not None else 0)
     if draft is not None:
         section = {"method": sp.method, "num_speculative_tokens": sp.k, "speculative_eagle_topk": 1,

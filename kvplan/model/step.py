@@ -140,19 +140,19 @@ def _memory(spec, layout, weights, gpu, tp, batch, context, chunk, enforce_eager
 def _sglang_startup(spec, layout, weights, gpu, tp, context):
     """SGLang's start-up on this GPU at its defaults (kvplan size --engine sglang), its context
     at least `context`: the prefill chunk and the pool the step is checked against."""
-    from kvplan.model.sglang_memory import SGLANG_RELEASE, startup_on
+    from kvplan.model.sglang_memory import SGLANG_RELEASE, model_identity, startup_on
 
     return startup_on(gpu, layout=layout, weights=weights.bytes_per_gpu(tp, gpu), tp=tp,
                       context_len=max(context, spec.max_context or context), release=SGLANG_RELEASE,
-                      model_type=spec.model_type)
+                      **model_identity(spec))
 
 
 def _sglang_memory(spec, m, batch, context) -> dict:
     """Whether the decode step's batch fits SGLang's pool `m` (what `kvplan size --engine sglang`
-    prints): `batch` x `context` tokens within max_total_num_tokens, and `batch` within
-    max_running_requests."""
+    prints): `batch` x `context` tokens within max_total_num_tokens (on a hybrid SWA pool within
+    the smaller of its two pools: sglang_memory rule 5), and `batch` within max_running_requests."""
     beyond = spec.max_context is not None and context > spec.max_context
-    concurrency = min(m.max_total_num_tokens // max(context, 1), m.max_running_requests) if m.starts else 0
+    concurrency = min(m.serving_tokens // max(context, 1), m.max_running_requests) if m.starts else 0
     return {"batch_kv_bytes": batch * context * m.cell_size, "kv_pool_bytes": m.kv_pool if m.starts else 0,
             "max_concurrency": concurrency, "fits": m.starts and concurrency >= batch and not beyond,
             "reason": m.reason, "model_context": spec.max_context, "beyond_context": beyond,

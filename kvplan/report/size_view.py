@@ -184,6 +184,8 @@ def render_sglang(run) -> None:
     table.add_row("KV pool (free x fraction - weights)", _b(m.kv_pool))
     table.add_row("KV bytes per token (per GPU)", _b(m.cell_size))
     table.add_row("max_total_num_tokens", f"{m.max_total_num_tokens:,}")
+    if m.hybrid:
+        table.add_row(f"sliding layers' tokens (ratio {m.swa_full_tokens_ratio:g})", f"{m.swa_tokens:,}")
     table.add_row("max_running_requests", f"{m.max_running_requests:,}")
     table.add_row("chunked_prefill_size", f"{m.chunked_prefill_size:,}")
     table.add_row("context_len", f"{m.context_len:,}")
@@ -198,9 +200,16 @@ def render_sglang(run) -> None:
                   f"max_running_requests defaults to {SPECULATIVE_MAX_RUNNING}; the draft's own KV pool {_b(sp['draft_kv_pool_bytes'])} and "
                   f"weights {_b(sp['draft_weight_bytes'])} come out of the memory the fraction leaves")
     out.print(f"[dim]mem_fraction_static {m.mem_fraction_static}: {terminal(m.mem_fraction_reason)}[/dim]")
+    if m.hybrid:
+        out.print(f"[dim]hybrid sliding-window pool: the full layers keep {m.max_total_num_tokens:,} tokens, the sliding "
+                  f"layers {m.swa_tokens:,}; a running request holds each token in both, so {m.serving_tokens:,} "
+                  "tokens bound the requests at once[/dim]")
     if m.reason:
         out.print(f"[bold red]SGLang would not start:[/] {terminal(m.reason)}")
     else:
+        if m.hybrid:
+            out.print(f"SGLang would log: Use sliding window memory pool. full_layer_tokens={m.max_total_num_tokens}, "
+                      f"swa_layer_tokens={m.swa_tokens}")
         out.print(f"SGLang would log: max_total_num_tokens={m.max_total_num_tokens}, chunked_prefill_size="
                   f"{m.chunked_prefill_size}, max_running_requests={m.max_running_requests}, context_len={m.context_len}")
     for note in run.notes:

@@ -50,6 +50,8 @@ class SimSetup:
     offload: OffloadSetup | None = None  # paged with prefix caching: a CPU tier (kvplan/sim/offload.py)
     speculative: SpecSetup | None = None  # speculative decoding (kvplan/sim/speculative.py)
     sglang: SglangConfig | None = None  # SGLang's scheduler (kvplan/sim/sglang.py): a token pool, page size 1
+    reads: tuple[int, int, int] | None = None  # SGLang, sliding-window layers: (KV bytes per token of the
+    #   layers that read every token, of the sliding ones, their window) for what a step reads
 
     @property
     def tail_slots(self) -> int:
@@ -162,11 +164,15 @@ def _make_setup(workload: Workload, allocator: AllocatorSpec) -> SimSetup:
 
 def _sglang_setup(workload: Workload, allocator: AllocatorSpec, clock: StepClock, slots: int) -> SimSetup:
     """SGLang's pool: `slots` token slots with page size 1 (server_args.py: page_size 1), the radix
-    cache on unless turned off (by `sglang.disable_radix_cache`, or the allocator's no-cache twin)."""
+    cache on unless turned off (by `sglang.disable_radix_cache`, or the allocator's no-cache twin).
+    Sliding-window layers keep every token there, as SGLang's one pool keeps them, or its hybrid SWA
+    pool taken as the smaller of its two (kvplan/model/sglang_memory.py rule 5: `slots` is then
+    SGLangMemory.serving_tokens); recurrent state is refused."""
     s, g = workload.scheduler, workload.sglang
-    if hybrid_rule(workload, 1, s.hybrid_kv_cache_manager) is not None:
-        raise WorkloadError("SGLang's pools for layers of several kinds (sliding windows, recurrent state) "
-                            "are not modelled: engine: sglang serves models of one kind of layers", field="engine")
+    layout = workload.layout
+    if layout is not None and any(grp.kind == "state" and grp.num_layers for grp in layout.groups):
+        raise WorkloadError("SGLang's pools for recurrent state (Mamba, gated DeltaNet) are not modelled: "
+                            "engine: sglang serves attention layers only", field="engine")
     if slots <= s.max_model_len:
         raise WorkloadError(f"the pool holds {slots} token slots, not more than one request of max_model_len "
                             f"{s.max_model_len} needs", field="pool.slots")
@@ -174,7 +180,20 @@ def _sglang_setup(workload: Workload, allocator: AllocatorSpec, clock: StepClock
         g = replace(g, radix_cache=False)
     return SimSetup(label="sglang" + ("" if g.radix_cache else " no-cache"), paged=True, policy=None,
                     block_size=1, num_blocks=slots, slots=slots, limit=0, sched=s, clock=clock,
-                    prefix_caching=g.radix_cache, sglang=g)
+                    prefix_caching=g.radix_cache, sglang=g, reads=window_reads(layout))
+
+
+def window_reads(layout) -> tuple[int, int, int] | None:
+    """(KV bytes per token of the layers that read every token, of the sliding-window layers, the
+    window) for a layout with sliding-window layers of one window, else None: their attention reads
+    at most the window, whichever pool keeps their KV (kvplan/sim/kernel.py sg_kv_read)."""
+    if layout is None:
+        return None
+    sliding = [grp for grp in layout.groups if grp.kind == "sliding" and grp.num_layers]
+    if len({grp.window for grp in sliding}) != 1:
+        return None
+    full = sum(grp.bytes_per_token for grp in layout.groups if grp.kind in ("full", "mla"))
+    return full, sum(grp.bytes_per_token for grp in sliding), int(sliding[0].window)
 
 
 def _hybrid_setup(workload: Workload, allocator: AllocatorSpec, clock: StepClock, groups,

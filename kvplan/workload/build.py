@@ -49,6 +49,10 @@ def build_workload(spec: WorkloadSpec, resolve_model: ResolveModel | None = None
     bytes_per_slot = layout.bytes_per_token if layout is not None else None
     scheduler = _scheduler(spec, layout, bytes_per_slot, model.gpu if model is not None else None)
     started = _sglang_startup(spec, model) if spec.pool.mem_fraction_static is not None else None
+    if started is not None and spec.scheduler.max_model_len is None and started.serving_tokens <= scheduler.max_model_len:
+        # SGLang starts with a pool smaller than the context and takes requests of up to
+        # min(context_len, max_total_num_tokens) - 1 tokens (Scheduler.max_req_len)
+        scheduler = replace(scheduler, max_model_len=started.serving_tokens - 1)
     pool = _pool(spec, model, bytes_per_slot, scheduler, started)
     speculative = None
     if spec.speculative is not None:
@@ -220,7 +224,7 @@ def _pool(spec: WorkloadSpec, model: ModelFacts | None, bytes_per_slot: int | No
     key = asked.key
     where = f"pool.{key}"
     if key in ("slots", "mem_fraction_static"):
-        slots = asked.slots if started is None else started.max_total_num_tokens
+        slots = asked.slots if started is None else started.serving_tokens
         return PoolSpec(slots, bytes_per_slot, slots * bytes_per_slot if bytes_per_slot else None)
     if not bytes_per_slot:
         raise _fail(where, f"{key} needs a model with per-token KV (to turn bytes into slots)")
@@ -249,7 +253,7 @@ def _sglang_startup(spec: WorkloadSpec, model: ModelFacts | None) -> SGLangMemor
     max_running_requests): `kvplan size --engine sglang`'s rule (kvplan/model/sglang_memory.py), the
     server launched without --context-length (the model's context); an error in SGLang's words where
     it would not start."""
-    from kvplan.model.sglang_memory import startup_on
+    from kvplan.model.sglang_memory import model_identity, startup_on
 
     where = "pool.mem_fraction_static"
     gpu = model.gpu if model is not None else None
@@ -267,7 +271,7 @@ def _sglang_startup(spec: WorkloadSpec, model: ModelFacts | None) -> SGLangMemor
                        context_len=model.spec.max_context or DEFAULT_MAX_MODEL_LEN,
                        mem_fraction_static=None if asked == DEFAULT_FRACTION else asked,
                        chunked_prefill_size=g.chunked_prefill_size, max_running_requests=g.max_running_requests,
-                       model_type=getattr(model.spec, "model_type", ""), speculative_steps=steps)
+                       speculative_steps=steps, **model_identity(model.spec))
     except KvplanError as exc:  # a model SGLang's pool rule does not cover
         raise _fail("engine" if exc.field == "--engine" else where, exc.message) from None
     if not m.starts:
