@@ -148,10 +148,10 @@ def checks(entry: dict, got: dict) -> dict[str, tuple[bool, str]]:
         out["max_running_requests"] = (m.max_running_requests == want, f"{want} / {m.max_running_requests}")
     elif logged.get("max_running_requests") is not None and logged.get("max_total_num_tokens"):
         # the log's own pool: rule 3 alone (max_num_reqs and the req_to_token pool of its release)
-        from kvplan.model.sglang_memory import max_running
+        from kvplan.model.sglang_memory import max_running, request_rows
 
         want, tokens = logged["max_running_requests"], logged["max_total_num_tokens"]
-        pred = max_running(tokens, logged.get("context_len") or got["context"], got["extra_rows"])
+        pred = max_running(tokens, request_rows(tokens, logged.get("context_len") or got["context"]) + got["extra_rows"])
         out["max_running_requests"] = (pred == want, f"{want} / {pred}")
     if "from_gpu" in got and logged.get("chunked_prefill_size") is not None:
         want = logged["chunked_prefill_size"]

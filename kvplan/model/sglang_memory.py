@@ -341,11 +341,11 @@ def request_rows(tokens: int, context_len: int) -> int:
     return min(max(int(tokens / context_len * 512), 2048), 4096)
 
 
-def max_running(tokens: int, context_len: int, extra_rows: int = 0, given: int | None = None) -> int:
-    """max_running_requests of a pool of `tokens`: the req_to_token pool holds request_rows rows
-    (+ `extra_rows` before 0.4.7), and the scheduler runs min(tokens // 2, those rows), or
-    min(`given`, those rows)."""
-    return min(tokens // 2 if given is None else given, request_rows(tokens, context_len) + extra_rows)
+def max_running(tokens: int, rows: int, given: int | None = None) -> int:
+    """max_running_requests of a pool of `tokens` whose req_to_token pool holds `rows` rows
+    (request_rows of the profiled tokens, + 1 before 0.4.7): the scheduler runs min(tokens // 2,
+    rows), or min(`given`, rows)."""
+    return min(tokens // 2 if given is None else given, rows)
 
 
 def startup_on(gpu, **options) -> SGLangMemory:
@@ -418,9 +418,8 @@ def startup_memory(*, layout, weights: int, gpu_memory: int, tp: int, context_le
         given = SPECULATIVE_MAX_RUNNING if max_running_requests is None else max_running_requests
         running = min(given, estimated + rules.req_pool_extra)
         tokens += estimated * draft_tokens(speculative_steps) + SPECULATIVE_POOL_BUFFER
-    else:  # max_running, its request rows those of the profiled pool (rule 5 splits the tokens after)
-        running = min(tokens // 2 if max_running_requests is None else max_running_requests,
-                      estimated + rules.req_pool_extra)
+    else:  # the request rows those of the profiled pool (rule 5 splits the tokens after)
+        running = max_running(tokens, estimated + rules.req_pool_extra, max_running_requests)
     reason = None
     if weights > gpu_memory:
         reason = (f"CUDA out of memory while loading the weights: they need {weights / GiB:.2f} GiB on each GPU, "

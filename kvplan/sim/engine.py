@@ -82,7 +82,7 @@ def _config(setup: SimSetup, timeline_points: int) -> np.ndarray:
         K.CPU_BLOCKS: setup.offload.num_blocks if setup.offload else 0,
         K.LOAD_TICKS: setup.offload.load_ticks if setup.offload else 0,
     }  # fmt: skip
-    if setup.sglang is not None and setup.reads is not None:  # SGLang's windowed reads (kernel.sg_kv_read)
+    if setup.reads is not None:  # SGLang's one pool of a model with sliding-window layers (kernel.kv_read)
         values[K.HY_KV_FULL], values[K.HY_KV_SLIDE], values[K.HY_WINDOW] = setup.reads
     for key, value in values.items():
         cfg[key] = int(value)

@@ -25,7 +25,7 @@ from kvplan.sim.offload import OffloadSetup, offload_setup
 from kvplan.sim.prefix_ids import ChunkIds, PrefixTrie
 from kvplan.sim.speculative import SpecSetup, spec_setup
 from kvplan.sim.timing import StepClock, make_clock
-from kvplan.workload.pool_rules import HybridBlocks, hybrid_rule, pool_bytes, usable_blocks
+from kvplan.workload.pool_rules import HybridBlocks, hybrid_rule, pool_bytes, read_bytes, usable_blocks
 from kvplan.workload.records import SchedulerConfig, SglangConfig, Workload
 from kvplan.workload.spec import AllocatorSpec
 
@@ -58,6 +58,17 @@ class SimSetup:
         """Paged: the slots no request can use, counted as external waste: the slots % B left over
         after cutting whole blocks, and vLLM's null block (block 0, never handed out)."""
         return self.slots - self.num_blocks * self.block_size if self.paged else 0
+
+    def kv_read(self, held: int) -> int:
+        """The KV a step reads for a request holding `held` tokens, in tokens of every layer: the
+        sliding-window layers (vLLM's groups, or SGLang's `reads`) read at most their window, the
+        bytes-weighted mix rounded down (kernel.kv_read)."""
+        h = self.hybrid
+        mix = (h.kv_full, h.kv_sliding, h.window) if h is not None and h.kv_sliding else self.reads
+        if mix is None:
+            return held
+        full, sliding, window = mix
+        return (full * held + sliding * min(held, window)) // (full + sliding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,11 +200,10 @@ def window_reads(layout) -> tuple[int, int, int] | None:
     at most the window, whichever pool keeps their KV (kvplan/sim/kernel.py sg_kv_read)."""
     if layout is None:
         return None
-    sliding = [grp for grp in layout.groups if grp.kind == "sliding" and grp.num_layers]
-    if len({grp.window for grp in sliding}) != 1:
+    windows = {grp.window for grp in layout.groups if grp.kind == "sliding" and grp.num_layers}
+    if len(windows) != 1:
         return None
-    full = sum(grp.bytes_per_token for grp in layout.groups if grp.kind in ("full", "mla"))
-    return full, sum(grp.bytes_per_token for grp in sliding), int(sliding[0].window)
+    return (*read_bytes(layout), int(windows.pop()))
 
 
 def _hybrid_setup(workload: Workload, allocator: AllocatorSpec, clock: StepClock, groups,

@@ -1073,8 +1073,10 @@ def kept_tokens(cfg, skip, held):
 @njit(cache=True, inline="always")
 def kv_read(cfg, held):
     """Tokens of KV a step reads for a request holding `held`, in tokens of every layer: the
-    sliding-window layers read at most their window (the bytes-weighted mix, rounded down)."""
-    if cfg[HYBRID] == 0 or cfg[HY_KV_SLIDE] == 0:
+    sliding-window layers read at most their window (the bytes-weighted mix, rounded down).
+    HY_KV_SLIDE is set by vLLM's layer groups and by SGLang's one pool alike (SimSetup.read_mix),
+    0 where every layer reads every token."""
+    if cfg[HY_KV_SLIDE] == 0:
         return held
     window = held if held < cfg[HY_WINDOW] else cfg[HY_WINDOW]
     return (cfg[HY_KV_FULL] * held + cfg[HY_KV_SLIDE] * window) // (cfg[HY_KV_FULL] + cfg[HY_KV_SLIDE])
@@ -2248,7 +2250,7 @@ def sg_prefill_step(cfg, gcfg, st, gst, sr, ids, nd, rq, bt, bn, timeline, acc):
     pairs = 0
     for b in range(nb):
         held, s = sr[bt[b], S_HELD], bn[b]
-        kv += sg_kv_read(cfg, held)
+        kv += kv_read(cfg, held)
         tokens += s
         pairs += s * held + s * (s + 1) // 2
     dt = sg_step_dt(cfg, kv, tokens, nb, pairs, 0, 0)
@@ -2276,17 +2278,6 @@ def sg_prefill_step(cfg, gcfg, st, gst, sr, ids, nd, rq, bt, bn, timeline, acc):
         gst[GS_FULL] = 0
     st[NOW] = end
     st[STEPS] += 1
-
-
-@njit(cache=True, inline="always")
-def sg_kv_read(cfg, held):
-    """kv_read for SGLang's engine (HYBRID off: one token pool): a request holding `held` tokens is
-    read at every layer but the sliding-window ones, which read at most their window (the same
-    bytes-weighted mix as kv_read; HY_KV_SLIDE 0 without such layers)."""
-    if cfg[HY_KV_SLIDE] == 0:
-        return held
-    window = held if held < cfg[HY_WINDOW] else cfg[HY_WINDOW]
-    return (cfg[HY_KV_FULL] * held + cfg[HY_KV_SLIDE] * window) // (cfg[HY_KV_FULL] + cfg[HY_KV_SLIDE])
 
 
 @njit(cache=True)
@@ -2391,7 +2382,7 @@ def sg_decode_step(cfg, gcfg, st, gst, gf, sr, ids, nd, wq, rq, order, timeline,
         return False
     kv = 0
     for i in range(n):
-        kv += sg_kv_read(cfg, sr[rq[i], S_HELD])
+        kv += kv_read(cfg, sr[rq[i], S_HELD])
     k = cfg[SPEC_K]
     if k == 0:
         dt = step_dt(cfg, kv, n, n, 0)

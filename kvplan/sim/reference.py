@@ -260,10 +260,7 @@ class ReferenceSim:
 
     def kv_read(self, held: int) -> int:
         """KV a step reads for a request, in tokens of every layer: sliding layers read their window."""
-        h = self.s.hybrid
-        if h is None or not h.kv_sliding:
-            return held
-        return (h.kv_full * held + h.kv_sliding * min(held, h.window)) // (h.kv_full + h.kv_sliding)
+        return self.s.kv_read(held)
 
     def kept(self, req: Req, tokens: int) -> int:
         h = self.s.hybrid

@@ -342,17 +342,8 @@ class SglangReference:
 
     # -- the steps ---------------------------------------------------------------------------------
 
-    def read(self, held: int) -> int:
-        """The KV a step reads for a request holding `held` tokens, in tokens of every layer: the
-        sliding-window layers read at most their window (SimSetup.reads), the bytes-weighted mix
-        rounded down."""
-        if self.s.reads is None:
-            return held
-        full, sliding, window = self.s.reads
-        return (full * held + sliding * min(held, window)) // (full + sliding)
-
     def prefill_step(self, batch: list[tuple[SReq, int]]) -> None:
-        kv = sum(self.read(r.held) for r, _ in batch)
+        kv = sum(self.s.kv_read(r.held) for r, _ in batch)
         tokens = sum(n for _, n in batch)
         pairs = sum(prefill_pairs(n, r.held) for r, n in batch)
         if self.spec is None:
@@ -404,7 +395,7 @@ class SglangReference:
         self.evict_if_needed(n * self.buffer)
         if self.free < n * self.buffer:
             raise stalled_sglang()
-        kv = sum(self.read(r.held) for r in self.running)
+        kv = sum(self.s.kv_read(r.held) for r in self.running)
         if self.spec is None:
             dt = self.clock.step_ticks(kv, n, n, 0)
         else:

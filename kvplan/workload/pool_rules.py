@@ -66,10 +66,17 @@ def hybrid_rule(workload: Workload, block_size: int, grouped: bool):
         raise WorkloadError("layer groups with several windows or block sizes are not modelled by "
                             "the serve engine yet; set scheduler.hybrid_kv_cache_manager: false to "
                             "serve every layer as full attention", field="model")
+    kv_full, kv_sliding = read_bytes(layout)
     rule = HybridBlocks(
         full=sum(k.num_groups for k in groups.kinds if k.kind in ("full", "mla")),
         sliding=sum(k.num_groups for k in sliding), window=sliding[0].window if sliding else 0,
         state=sum(k.num_groups for k in groups.kinds if k.kind == "state") * groups.state_pages,
-        kv_full=sum(g.bytes_per_token for g in layout.groups if g.kind in ("full", "mla")),
-        kv_sliding=sum(g.bytes_per_token for g in layout.groups if g.kind == "sliding"))
+        kv_full=kv_full, kv_sliding=kv_sliding)
     return groups, rule
+
+
+def read_bytes(layout) -> tuple[int, int]:
+    """KV bytes per token of the layers that read every token (full, MLA) and of the sliding-window
+    layers, which read at most their window."""
+    return (sum(g.bytes_per_token for g in layout.groups if g.kind in ("full", "mla")),
+            sum(g.bytes_per_token for g in layout.groups if g.kind == "sliding"))
