@@ -566,9 +566,10 @@ def engine_fidelity(out: Out) -> str:
     logs = yaml.safe_load((ROOT / "tests/data/sglang_startup_logs.yaml").read_text(encoding="utf-8"))["logs"]
     sg_all = re.search(r"^  all +(\d+) of +(\d+) \((\d+%)\)", sg, re.M)
     sg_held = re.search(r"^  part held out +(\d+) of +(\d+) \((\d+%)\)", sg, re.M)
-    sources = len(re.findall(r"^  source ", sg, re.M))
-    require(sg_all is not None and sg_held is not None and sources > 0,
+    head = re.search(r"^(\d+) logs, (\d+) with a model kvplan resolves and a setting it models, (\d+) sources", sg, re.M)
+    require(sg_all is not None and sg_held is not None and head is not None,
             "bench/sglang_memory_fidelity.py no longer prints its shares")
+    require(int(head.group(1)) == len(logs), "bench/sglang_memory_fidelity.py no longer reads every log")
     sp = out["speculative-fidelity"]
     rows, sp_sources = re.search(r"^(\d+) rows, (\d+) sources", sp, re.M).groups()
     med = {k: re.search(rf"^  {re.escape(k)} +(\S+) \( *(\d+)\)", sp, re.M) for k in
@@ -607,8 +608,9 @@ def engine_fidelity(out: Out) -> str:
     e = {k: v.groups() for k, v in per_engine.items()}
     m = {k: v.groups() for k, v in med.items()}
     return "\n\n".join([
-        prose(f"**SGLang's start-up memory** (`python bench/sglang_memory_fidelity.py`, {len(logs)} cited logs "
-              f"from {sources} sources): {sg_all.group(1)} of {sg_all.group(2)} checks within tolerance (weights 5%, KV tokens "
+        prose(f"**SGLang's start-up memory** (`python bench/sglang_memory_fidelity.py`, {len(logs)} cited logs, "
+              f"{head.group(2)} of them of a model in the catalog and a setting kvplan models, from {head.group(3)} "
+              f"sources): {sg_all.group(1)} of {sg_all.group(2)} checks within tolerance (weights 5%, KV tokens "
               f"10%, `max_running_requests`, `chunked_prefill_size` and `mem_fraction_static` exact), "
               f"{sg_held.group(1)} of {sg_held.group(2)} on the sources no constant was read off."),
         prose(f"**Speculative decoding** (`python bench/speculative_fidelity.py`, {rows} cited speedups from "

@@ -26,7 +26,20 @@ Read from SGLang's own source (sgl-project/sglang, python/sglang/srt):
    The releases of each era are taken from the merge dates (0.4.7 and 0.5.3 are the first
    releases after them); `release_at` gives the era a log of a given date can have run. This
    module follows the 0.5.3-on rule by default (SGLANG_RELEASE); `release` picks another era.
-   Multimodal models lower the fraction further (`adjust_mem_fraction_for_vlm`): not modelled.
+   Multimodal models lower the fraction further, by rules that changed three times; none is
+   modelled, because their release boundaries are not pinned:
+   - early releases: `ModelRunner.__init__` multiplies the fraction, given or not, by 0.95 for an
+     architecture of its multimodal list (Gemma3ForConditionalGeneration, Llama4ForConditionalGeneration,
+     the Llava and Qwen2-VL families). The log of sgl-project/sglang#4826 (Gemma 3 4B, 2025-03-27)
+     bears it out: 131.08 - 139.21 x (1 - 0.88 x 0.95) = 108.25 GB, and the log's K + V is 108.24 GB.
+     kvplan, which keeps 0.88, is 5.7% high there. A later release lowered the factor to 0.90
+     (sgl-project/sglang#6881 describes that state);
+   - from #6881 (June 2025), `adjust_mem_fraction_for_vlm` scales only a fraction SGLang derives
+     itself, by 0.95 x clamp(1 - 0.1 x (L x H^2 / (24 x 1024^2) - 1), 0.8, 1.05), where L and H are
+     the vision tower's layers and width;
+   - by late 2025 `ModelConfig` turns multimodal off by default for Gemma 3 and Llama 4
+     (mm_disabled_models, "set --enable-multimodal"). On those releases the catalog's Gemma 3 and
+     Llama 4 get no adjustment, as kvplan assumes.
 
 2. The pool (`ModelRunner.profile_max_num_token`, later model_runner_kv_cache_mixin.py):
        rest = post_load - pre_load x (1 - mem_fraction_static)          [GB of 2^30 bytes]
